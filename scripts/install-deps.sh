@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs gyre's build and test dependencies from Debian packages (idempotent: packages already
+# present are skipped by apt). Run as root, or with sudo available.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev
+      nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
+      clang libclang-rt-14-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
