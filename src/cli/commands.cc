@@ -1,10 +1,306 @@
+// The `gyre` CLI. Contracts (other tools depend on them; keep them stable):
+//   gyre generate --model DIR (--prompt TEXT | --ids 1,2,3) [--max-tokens N] [--temperature T]
+//                 [--top-p P] [--top-k K] [--min-p P] [--seed S] [--json]
+//       streams text to stdout; --json prints {"ids": [...], "text": "...", "finish_reason": "..."}
+//       ("text" only when the model folder has a tokenizer).
+//   gyre forward --model DIR --ids 1,2,3 --logits-out FILE
+//       float32 little-endian row-major [T, vocab] logits of one prefill.
+//   gyre tokenize --tokenizer PATH [--decode]
+//       stdin UTF-8 → {"ids": [...]}; with --decode stdin {"ids": [...]} → {"text": "..."}.
+//   gyre inspect --model DIR [--json]
+// Exit codes: 0 success, 1 failure (bad input data, missing files, ...), 2 usage error.
 #include "cli/commands.h"
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "runtime/generate.h"
+#include "runtime/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gyre::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "gyre: error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+Result<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a == std::string::npos) return Status::InvalidArgument("--ids has an empty entry");
+    item = item.substr(a, b - a + 1);
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || v < INT32_MIN || v > INT32_MAX) {
+      return Status::InvalidArgument("--ids entry '" + item + "' is not an integer");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) return Status::InvalidArgument("--ids is empty");
+  return ids;
+}
+
+bool FileExists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string ReadAll(std::istream& in) {
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct GenerateArgs {
+  std::string model, prompt, ids;
+  int64_t max_tokens = 32;
+  float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  int64_t prefill_chunk = 0;
+  std::string act = "f32";
+  bool json = false;
+};
+
+Result<ModelOptions> ParseAct(const std::string& act) {
+  ModelOptions o;
+  if (act == "f32") o.act = ActDType::kF32;
+  else if (act == "bf16") o.act = ActDType::kBf16;
+  else return Status::InvalidArgument("--act must be f32 or bf16");
+  return o;
+}
+
+int RunGenerate(const GenerateArgs& a) {
+  auto opts = ParseAct(a.act);
+  if (!opts) return Fail(opts.error());
+  auto model = Model::Load(a.model, *opts);
+  if (!model) return Fail(model.error());
+  std::unique_ptr<Tokenizer> tok;
+  if (FileExists(a.model + "/tokenizer.json")) {
+    auto t = Tokenizer::FromFile(a.model);
+    if (!t) return Fail(t.error());
+    tok = std::move(*t);
+  }
+  std::vector<int32_t> prompt;
+  if (!a.ids.empty()) {
+    auto ids = ParseIds(a.ids);
+    if (!ids) return Fail(ids.error());
+    prompt = *ids;
+  } else {
+    if (!tok) return Fail(Status::InvalidArgument("--prompt needs a tokenizer.json in " + a.model + " (use --ids)"));
+    if (a.prompt.empty()) return Fail(Status::InvalidArgument("the prompt is empty"));
+    auto ids = tok->Encode(a.prompt);
+    if (!ids) return Fail(ids.error());
+    prompt = *ids;
+  }
+  GenerateOptions go;
+  go.max_tokens = a.max_tokens;
+  go.sampling = {a.temperature, a.top_k, a.top_p, a.min_p, a.seed};
+  go.prefill_chunk = a.prefill_chunk;
+  std::unique_ptr<StreamDecoder> stream;
+  if (tok && !a.json) stream = std::make_unique<StreamDecoder>(*tok);
+  auto res = Generate(**model, {prompt}, go, [&](size_t, int32_t id) {
+    if (a.json) return;
+    if (stream) {
+      std::fputs(stream->Push(id).c_str(), stdout);
+    } else {
+      std::printf("%d ", id);
+    }
+    std::fflush(stdout);
+  });
+  if (!res) return Fail(res.error());
+  const GenerateResult& r = (*res)[0];
+  if (a.json) {
+    json out;
+    out["ids"] = r.ids;
+    if (tok) {
+      auto text = tok->Decode(r.ids);
+      if (!text) return Fail(text.error());
+      out["text"] = *text;
+    }
+    out["finish_reason"] = r.finish_reason;
+    std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  } else {
+    if (stream) std::fputs(stream->Flush().c_str(), stdout);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int RunForward(const std::string& model_dir, const std::string& ids_text, const std::string& out_path,
+               const std::string& act) {
+  auto opts = ParseAct(act);
+  if (!opts) return Fail(opts.error());
+  auto ids = ParseIds(ids_text);
+  if (!ids) return Fail(ids.error());
+  auto model = Model::Load(model_dir, *opts);
+  if (!model) return Fail(model.error());
+  SequenceState st = (*model)->NewSequence();
+  SeqInput in{&st, *ids, true};
+  std::vector<float> logits;
+  Status s = (*model)->Forward(std::span<const SeqInput>(&in, 1), &logits);
+  if (!s.ok()) return Fail(s);
+  std::FILE* f = std::fopen(out_path.c_str(), "wb");
+  if (!f) return Fail(Status::Unavailable("cannot write " + out_path));
+  const size_t n = std::fwrite(logits.data(), sizeof(float), logits.size(), f);
+  if (std::fclose(f) != 0 || n != logits.size()) return Fail(Status::Unavailable("short write to " + out_path));
+  std::fprintf(stderr, "gyre: wrote [%zu, %lld] float32 logits to %s\n", ids->size(),
+               static_cast<long long>((*model)->config().vocab_size), out_path.c_str());
+  return 0;
+}
+
+int RunTokenize(const std::string& path, bool decode) {
+  auto tok = Tokenizer::FromFile(path);
+  if (!tok) return Fail(tok.error());
+  const std::string input = ReadAll(std::cin);
+  if (!decode) {
+    auto ids = (*tok)->Encode(input);
+    if (!ids) return Fail(ids.error());
+    std::printf("%s\n", json{{"ids", *ids}}.dump().c_str());
+    return 0;
+  }
+  std::vector<int32_t> ids;
+  try {
+    json j = json::parse(input);
+    if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array()) {
+      return Fail(Status::InvalidArgument("--decode expects {\"ids\": [...]} on stdin"));
+    }
+    for (const auto& v : j["ids"]) {
+      if (!v.is_number_integer()) return Fail(Status::InvalidArgument("ids must be integers"));
+      ids.push_back(v.get<int32_t>());
+    }
+  } catch (const json::exception& e) {
+    return Fail(Status::InvalidArgument(std::string("stdin is not valid JSON: ") + e.what()));
+  }
+  auto text = (*tok)->Decode(ids);
+  if (!text) return Fail(text.error());
+  std::printf("%s\n", json{{"text", *text}}.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  return 0;
+}
+
+int RunInspect(const std::string& dir, bool as_json) {
+  auto cfg = LoadModelConfig(dir);
+  if (!cfg) return Fail(cfg.error());
+  auto files = WeightFiles::Open(dir);
+  if (!files) return Fail(files.error());
+  auto weights = BindWeights(*cfg, **files);
+  if (!weights) return Fail(weights.error().WithContext(dir));
+  const ModelConfig& c = *cfg;
+  const ModelSummary s = Summarize(c);
+  json layers = json::array();
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    json l = {{"index", i}, {"attn", AttnKindName(c.layer_types[i])},
+              {"mlp", c.mlp_layer_types[i] == MlpKind::kDense ? "dense" : "moe"}};
+    if (c.layer_types[i] == AttnKind::kDsa) l["indexer"] = c.indexer_types[i] == IndexerKind::kFull ? "full" : "shared";
+    layers.push_back(l);
+  }
+  json out = {{"model_type", c.model_type_name},
+              {"num_layers", c.num_hidden_layers},
+              {"layers_by_kind", {{"kda", s.num_kda}, {"dsa", s.num_dsa}, {"mla", s.num_mla},
+                                  {"dense_mlp", s.num_dense}, {"moe", s.num_moe}}},
+              {"params_total", s.params_total},
+              {"params_active_per_token", s.params_active},
+              {"params_loaded", weights->num_params},
+              {"tensors_used", weights->num_tensors_used},
+              {"tensors_ignored", weights->num_tensors_ignored},
+              {"attn_cache_bytes_per_token", s.attn_cache_bytes_per_token},
+              {"kda_state_bytes_per_sequence", s.kda_state_bytes_per_sequence},
+              {"layers", layers}};
+  if (as_json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model_type        %s (%lld layers: %lld KDA, %lld DSA, %lld MLA; %lld dense MLP, %lld MoE)\n",
+              c.model_type_name.c_str(), (long long)c.num_hidden_layers, (long long)s.num_kda, (long long)s.num_dsa,
+              (long long)s.num_mla, (long long)s.num_dense, (long long)s.num_moe);
+  std::printf("parameters        %lld total, %lld active per token (loaded %lld from %lld tensors; %lld ignored)\n",
+              (long long)s.params_total, (long long)s.params_active, (long long)weights->num_params,
+              (long long)weights->num_tensors_used, (long long)weights->num_tensors_ignored);
+  std::printf("attention cache   %lld bytes per token (bf16 latent%s)\n", (long long)s.attn_cache_bytes_per_token,
+              s.num_dsa ? " + indexer keys" : "");
+  std::printf("KDA state         %lld bytes per sequence (conv tail bf16 + fp32 recurrent state)\n",
+              (long long)s.kda_state_bytes_per_sequence);
+  std::printf("layers           ");
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    std::printf(" %s%s", AttnKindName(c.layer_types[i]), c.mlp_layer_types[i] == MlpKind::kDense ? "" : "+moe");
+  }
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
 int Main(int argc, char** argv) {
-  std::fprintf(stderr, "gyre: not built yet\n");
+  CLI::App app{"gyre: inference engine for GLM-5.3-Flash-class hybrid models"};
+  app.require_subcommand(1);
+
+  GenerateArgs g;
+  auto* gen = app.add_subcommand("generate", "generate text from a prompt");
+  gen->add_option("--model", g.model, "model folder")->required();
+  auto* p_opt = gen->add_option("--prompt", g.prompt, "prompt text");
+  auto* i_opt = gen->add_option("--ids", g.ids, "prompt token ids, comma separated");
+  p_opt->excludes(i_opt);
+  gen->add_option("--max-tokens", g.max_tokens, "maximum new tokens")->check(CLI::NonNegativeNumber);
+  gen->add_option("--temperature", g.temperature, "0 = greedy");
+  gen->add_option("--top-p", g.top_p);
+  gen->add_option("--top-k", g.top_k);
+  gen->add_option("--min-p", g.min_p);
+  gen->add_option("--seed", g.seed);
+  gen->add_option("--prefill-chunk", g.prefill_chunk, "prefill in pieces of N tokens");
+  gen->add_option("--act", g.act, "activation dtype: f32 (default) or bf16");
+  gen->add_flag("--json", g.json, "print one JSON object");
+
+  std::string f_model, f_ids, f_out, f_act = "f32";
+  auto* fwd = app.add_subcommand("forward", "write the logits of one prefill");
+  fwd->add_option("--model", f_model)->required();
+  fwd->add_option("--ids", f_ids)->required();
+  fwd->add_option("--logits-out", f_out)->required();
+  fwd->add_option("--act", f_act, "activation dtype: f32 (default) or bf16");
+
+  std::string t_path;
+  bool t_decode = false;
+  auto* tokz = app.add_subcommand("tokenize", "encode stdin text, or decode stdin ids");
+  tokz->add_option("--tokenizer", t_path, "tokenizer.json or a model folder")->required();
+  tokz->add_flag("--decode", t_decode);
+
+  std::string i_model;
+  bool i_json = false;
+  auto* insp = app.add_subcommand("inspect", "print the architecture");
+  insp->add_option("--model", i_model)->required();
+  insp->add_flag("--json", i_json);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (*gen) {
+    if (g.prompt.empty() && g.ids.empty()) {
+      std::fprintf(stderr, "gyre generate: one of --prompt or --ids is required (and must not be empty)\n");
+      return 2;
+    }
+    return RunGenerate(g);
+  }
+  if (*fwd) return RunForward(f_model, f_ids, f_out, f_act);
+  if (*tokz) return RunTokenize(t_path, t_decode);
+  if (*insp) return RunInspect(i_model, i_json);
   return 2;
 }
+
 }  // namespace gyre::cli

@@ -1,0 +1,251 @@
+// KDA CPU implementation. Sections: conv; gate; helpers; chunked form; recurrent form; gated norm.
+#include "ops/kda.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ops/basic.h"
+
+namespace gyre::ops {
+
+// ---- conv ----------------------------------------------------------------------------------------
+
+void CausalConv1dSilu(const float* x, int64_t t, int64_t channels, const float* w, int64_t width, float* state,
+                      float* y, const Numerics& num) {
+  const int64_t hist = width - 1;
+#pragma omp parallel for if (t * channels > 32768)
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* wc = w + c * width;
+    for (int64_t i = 0; i < t; ++i) {
+      float acc = 0;
+      for (int64_t j = 0; j < width; ++j) {
+        const int64_t src = i - hist + j;  // index into x; negative reads the state
+        const float in = src >= 0 ? x[src * channels + c] : state[(hist + src) * channels + c];
+        acc += wc[j] * in;
+      }
+      y[i * channels + c] = num.Round(Silu(acc));
+    }
+    // New state: last `hist` inputs of [state; x].
+    float tmp[16];
+    for (int64_t j = 0; j < hist; ++j) {
+      const int64_t src = t - hist + j;
+      tmp[j] = src >= 0 ? x[src * channels + c] : state[(hist + src) * channels + c];
+    }
+    for (int64_t j = 0; j < hist; ++j) state[j * channels + c] = tmp[j];
+  }
+}
+
+// ---- gate ----------------------------------------------------------------------------------------
+
+void KdaGate(const float* f, int64_t t, KdaShape s, std::span<const float> dt_bias, std::span<const float> a_log,
+             std::optional<float> lower_bound, float* g) {
+  const int64_t width = s.num_heads * s.head_dim;
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t h = 0; h < s.num_heads; ++h) {
+      const float a = std::exp(a_log[h]);
+      for (int64_t d = 0; d < s.head_dim; ++d) {
+        const int64_t c = h * s.head_dim + d;
+        const float z = f[i * width + c] + dt_bias[c];
+        float out;
+        if (lower_bound) {
+          out = *lower_bound * Sigmoid(a * z);
+        } else {
+          const float sp = z > 20.0f ? z : std::log(1.0f + std::exp(z));
+          out = -a * sp;
+        }
+        g[i * width + c] = out;
+      }
+    }
+  }
+}
+
+// ---- helpers -------------------------------------------------------------------------------------
+
+namespace {
+
+// x / sqrt(sum(x²) + 1e-6), times `scale`.
+void L2NormScaled(const float* x, int64_t d, float scale, float* y) {
+  float ss = 0;
+  for (int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
+  const float inv = scale / std::sqrt(ss + 1e-6f);
+  for (int64_t i = 0; i < d; ++i) y[i] = x[i] * inv;
+}
+
+// Gathers head h of a [T, H, D] tensor into a contiguous [T, D] buffer.
+void GatherHead(const float* src, int64_t t, int64_t heads, int64_t d, int64_t h, float* dst) {
+  for (int64_t i = 0; i < t; ++i) std::memcpy(dst + i * d, src + (i * heads + h) * d, d * sizeof(float));
+}
+
+}  // namespace
+
+// ---- chunked form --------------------------------------------------------------------------------
+//
+// Per head and chunk of c ≤ C rows (G = in-chunk cumsum of g, rows r; all fp32):
+//   A = (I + L)⁻¹ with L[i,j] = β_i Σ_d k_i k_j e^{G_i − G_j} (i > j), by forward substitution
+//   U = A·(β⊙V),  W = A·(β⊙K⊙e^{G})
+//   Ṽ = U − W·S ;  O = (Q̃⊙e^{G})·S + tril(Q̃ Kᵀ ⊙ e^{G_i − G_j})·Ṽ
+//   S ← e^{G_c}⊙S + (K⊙e^{G_c − G})ᵀ·Ṽ
+// A partial last chunk just has fewer rows (identical to the reference's zero padding).
+
+void KdaChunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t t,
+                KdaShape s, float* state, float* o, int64_t chunk) {
+  const int64_t H = s.num_heads, K = s.head_dim, V = s.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<float> qh(t * K), kh(t * K), vh(t * V), gh(t * K), bh(t);
+    GatherHead(q, t, H, K, h, qh.data());
+    GatherHead(k, t, H, K, h, kh.data());
+    GatherHead(v, t, H, V, h, vh.data());
+    GatherHead(g, t, H, K, h, gh.data());
+    for (int64_t i = 0; i < t; ++i) {
+      bh[i] = beta[i * H + h];
+      L2NormScaled(&qh[i * K], K, scale, &qh[i * K]);
+      L2NormScaled(&kh[i * K], K, 1.0f, &kh[i * K]);
+    }
+    float* S = state + h * K * V;
+    std::vector<float> G(chunk * K), A(chunk * chunk), U(chunk * V), W(chunk * K), Vn(chunk * V), Aqk(chunk * chunk);
+    std::vector<float> out(V);
+    for (int64_t c0 = 0; c0 < t; c0 += chunk) {
+      const int64_t c = std::min(chunk, t - c0);
+      const float* Q = &qh[c0 * K];
+      const float* Kc = &kh[c0 * K];
+      const float* Vc = &vh[c0 * V];
+      const float* B = &bh[c0];
+      // Cumulative log decay.
+      for (int64_t r = 0; r < c; ++r)
+        for (int64_t d = 0; d < K; ++d) G[r * K + d] = gh[(c0 + r) * K + d] + (r ? G[(r - 1) * K + d] : 0.0f);
+      // A = -L (strictly lower), then row recurrence → (I + L)^{-1} - I, then + I.
+      for (int64_t i = 0; i < c; ++i) {
+        for (int64_t j = 0; j < c; ++j) {
+          float a = 0;
+          if (j < i) {
+            for (int64_t d = 0; d < K; ++d) a += Kc[i * K + d] * Kc[j * K + d] * std::exp(G[i * K + d] - G[j * K + d]);
+            a = -B[i] * a;
+          }
+          A[i * chunk + j] = a;
+        }
+      }
+      for (int64_t i = 1; i < c; ++i) {
+        // row_i[:i] += row_i[:i] · A[:i, :i]  (rows < i already final)
+        std::vector<float> row(A.begin() + i * chunk, A.begin() + i * chunk + i);
+        for (int64_t j = 0; j < i; ++j) {
+          float acc = row[j];
+          for (int64_t m = j + 1; m < i; ++m) acc += row[m] * A[m * chunk + j];
+          A[i * chunk + j] = acc;
+        }
+      }
+      for (int64_t i = 0; i < c; ++i) A[i * chunk + i] = 1.0f;
+      // U = A·(β⊙V), W = A·(β⊙K⊙e^G)
+      for (int64_t i = 0; i < c; ++i) {
+        for (int64_t x = 0; x < V; ++x) U[i * V + x] = 0;
+        for (int64_t d = 0; d < K; ++d) W[i * K + d] = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float a = A[i * chunk + j] * B[j];
+          if (a == 0) continue;
+          for (int64_t x = 0; x < V; ++x) U[i * V + x] += a * Vc[j * V + x];
+          for (int64_t d = 0; d < K; ++d) W[i * K + d] += a * Kc[j * K + d] * std::exp(G[j * K + d]);
+        }
+      }
+      // Ṽ = U − W·S
+      for (int64_t i = 0; i < c; ++i) {
+        for (int64_t x = 0; x < V; ++x) Vn[i * V + x] = U[i * V + x];
+        for (int64_t d = 0; d < K; ++d) {
+          const float wd = W[i * K + d];
+          const float* Srow = S + d * V;
+          for (int64_t x = 0; x < V; ++x) Vn[i * V + x] -= wd * Srow[x];
+        }
+      }
+      // Aqk (lower incl. diagonal).
+      for (int64_t i = 0; i < c; ++i)
+        for (int64_t j = 0; j <= i; ++j) {
+          float a = 0;
+          for (int64_t d = 0; d < K; ++d) a += Q[i * K + d] * Kc[j * K + d] * std::exp(G[i * K + d] - G[j * K + d]);
+          Aqk[i * chunk + j] = a;
+        }
+      // O = (Q⊙e^G)·S + Aqk·Ṽ
+      for (int64_t i = 0; i < c; ++i) {
+        for (int64_t x = 0; x < V; ++x) out[x] = 0;
+        for (int64_t d = 0; d < K; ++d) {
+          const float qd = Q[i * K + d] * std::exp(G[i * K + d]);
+          const float* Srow = S + d * V;
+          for (int64_t x = 0; x < V; ++x) out[x] += qd * Srow[x];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const float a = Aqk[i * chunk + j];
+          for (int64_t x = 0; x < V; ++x) out[x] += a * Vn[j * V + x];
+        }
+        float* orow = o + ((c0 + i) * H + h) * V;
+        for (int64_t x = 0; x < V; ++x) orow[x] = out[x];
+      }
+      // S ← e^{G_c}⊙S + (K⊙e^{G_c − G})ᵀ·Ṽ
+      const float* Gl = &G[(c - 1) * K];
+      for (int64_t d = 0; d < K; ++d) {
+        float* Srow = S + d * V;
+        const float decay = std::exp(Gl[d]);
+        for (int64_t x = 0; x < V; ++x) Srow[x] *= decay;
+        for (int64_t r = 0; r < c; ++r) {
+          const float kd = Kc[r * K + d] * std::exp(Gl[d] - G[r * K + d]);
+          for (int64_t x = 0; x < V; ++x) Srow[x] += kd * Vn[r * V + x];
+        }
+      }
+    }
+  }
+}
+
+// ---- recurrent form ------------------------------------------------------------------------------
+
+void KdaRecurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t t,
+                  KdaShape s, float* state, float* o) {
+  const int64_t H = s.num_heads, K = s.head_dim, V = s.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(K));
+#pragma omp parallel for if (H * K * V > 16384)
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<float> qn(K), kn(K), u(V);
+    float* S = state + h * K * V;
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t base = (i * H + h) * K;
+      L2NormScaled(q + base, K, scale, qn.data());
+      L2NormScaled(k + base, K, 1.0f, kn.data());
+      const float* vv = v + (i * H + h) * V;
+      const float b = beta[i * H + h];
+      std::fill(u.begin(), u.end(), 0.0f);
+      for (int64_t d = 0; d < K; ++d) {
+        float* Srow = S + d * V;
+        const float decay = std::exp(g[base + d]);
+        for (int64_t x = 0; x < V; ++x) {
+          Srow[x] *= decay;
+          u[x] += Srow[x] * kn[d];
+        }
+      }
+      for (int64_t x = 0; x < V; ++x) u[x] = b * (vv[x] - u[x]);
+      float* orow = o + (i * H + h) * V;
+      for (int64_t x = 0; x < V; ++x) orow[x] = 0;
+      for (int64_t d = 0; d < K; ++d) {
+        float* Srow = S + d * V;
+        for (int64_t x = 0; x < V; ++x) {
+          Srow[x] += kn[d] * u[x];
+          orow[x] += Srow[x] * qn[d];
+        }
+      }
+    }
+  }
+}
+
+// ---- gated norm ----------------------------------------------------------------------------------
+
+void GatedRmsNorm(const float* o, const float* z, int64_t t, KdaShape s, std::span<const float> w, float eps,
+                  float* y, const Numerics& num) {
+  const int64_t V = s.head_dim;
+  for (int64_t r = 0; r < t * s.num_heads; ++r) {
+    const float* orow = o + r * V;
+    const float* zrow = z + r * V;
+    float ss = 0;
+    for (int64_t x = 0; x < V; ++x) ss += orow[x] * orow[x];
+    const float inv = 1.0f / std::sqrt(ss / V + eps);
+    for (int64_t x = 0; x < V; ++x) y[r * V + x] = num.Round(w[x] * (orow[x] * inv) * Sigmoid(zrow[x]));
+  }
+}
+
+}  // namespace gyre::ops

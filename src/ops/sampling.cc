@@ -1,0 +1,70 @@
+#include "ops/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace gyre::ops {
+
+Status ValidateSampling(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature)) return Status::InvalidArgument("temperature must be finite");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return Status::InvalidArgument("top_p must be in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return Status::InvalidArgument("min_p must be in [0, 1]");
+  return Status();
+}
+
+int32_t Argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p) {
+  if (p.temperature <= 0.0f) return Argmax(logits);
+  const int64_t n = static_cast<int64_t>(logits.size());
+  std::vector<int32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  // Sort by logit descending (ties: lower id first) so every filter is a prefix cut.
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  int64_t keep = n;
+  if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
+  const float mx = logits[ids[0]] / p.temperature;
+  std::vector<double> prob(keep);
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    prob[i] = std::exp(static_cast<double>(logits[ids[i]]) / p.temperature - mx);
+    sum += prob[i];
+  }
+  for (auto& v : prob) v /= sum;
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    int64_t cut = keep;
+    for (int64_t i = 0; i < keep; ++i) {
+      cum += prob[i];
+      if (cum >= p.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+  }
+  if (p.min_p > 0.0f) {
+    const double thr = p.min_p * prob[0];
+    int64_t cut = 1;
+    while (cut < keep && prob[cut] >= thr) ++cut;
+    keep = cut;
+  }
+  double total = 0;
+  for (int64_t i = 0; i < keep; ++i) total += prob[i];
+  std::uniform_real_distribution<double> u(0.0, total);
+  double r = u(rng_), acc = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    acc += prob[i];
+    if (r < acc) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+}  // namespace gyre::ops

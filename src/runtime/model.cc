@@ -1,0 +1,426 @@
+// Model forward. Sections: load; step scratch; Forward (layer loop, hyper-connections, head);
+// KDA layer; attention layer (MLA / DSA); MLP / MoE layer; summary.
+#include "runtime/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/attention.h"
+#include "ops/basic.h"
+#include "ops/hyper_connection.h"
+#include "ops/kda.h"
+#include "ops/moe.h"
+
+namespace gyre {
+
+// ---- load ----------------------------------------------------------------------------------------
+
+Model::Model(ModelConfig c, ModelWeights w, const ModelOptions& o)
+    : config_(std::move(c)), weights_(std::move(w)), num_{o.act} {}
+
+std::unique_ptr<Model> Model::FromWeights(ModelConfig config, ModelWeights weights, const ModelOptions& opts) {
+  return std::unique_ptr<Model>(new Model(std::move(config), std::move(weights), opts));
+}
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const ModelOptions& opts) {
+  GYRE_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  GYRE_ASSIGN_OR_RETURN(std::unique_ptr<WeightFiles> files, WeightFiles::Open(dir));
+  BindOptions bo;
+  bo.round_to_bf16 = opts.act == ActDType::kBf16;
+  auto weights = BindWeights(config, *files, bo);
+  if (!weights) return weights.error().WithContext(dir);
+  return FromWeights(std::move(config), std::move(*weights), opts);
+}
+
+// ---- step scratch --------------------------------------------------------------------------------
+
+struct Model::Step {
+  std::span<const SeqInput> batch;
+  std::vector<int64_t> offsets;  // token offset of each sequence in the batch, size B+1
+  int64_t n = 0;                 // total new tokens
+  const CaptureFn* capture = nullptr;
+  // Per sequence: the selection of the most recent full DSA layer (for "shared" layers).
+  std::vector<ops::Selection> last_selection;
+  // q_resid of the current DSA layer (shared with the indexer).
+  std::vector<float> q_resid;
+
+  void Capture(const std::string& name, std::span<const float> d, std::vector<int64_t> shape) const {
+    if (capture && *capture) (*capture)(name, d, std::move(shape));
+  }
+};
+
+// ---- Forward -------------------------------------------------------------------------------------
+
+Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logits, const CaptureFn& capture) const {
+  const ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  Step st;
+  st.batch = batch;
+  st.capture = &capture;
+  st.offsets.push_back(0);
+  std::vector<int32_t> ids;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (batch[b].ids.empty()) return Status::InvalidArgument("sequence " + std::to_string(b) + " has no new tokens");
+    for (int32_t id : batch[b].ids) {
+      if (id < 0 || id >= V) {
+        return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                       std::to_string(V) + ")");
+      }
+      ids.push_back(id);
+    }
+    st.offsets.push_back(static_cast<int64_t>(ids.size()));
+  }
+  const int64_t N = st.n = static_cast<int64_t>(ids.size());
+  st.last_selection.resize(batch.size());
+
+  std::vector<float> e(N * D);
+  ops::Embedding(ids, weights_.embed, e.data());
+  st.Capture("embed_tokens", e, {N, D});
+
+  const bool hc = c.hc_mult > 0;
+  const int64_t n_streams = hc ? c.hc_mult : 1;
+  std::vector<float> X(N * n_streams * D);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t s = 0; s < n_streams; ++s) std::memcpy(&X[(i * n_streams + s) * D], &e[i * D], D * sizeof(float));
+
+  ops::HcParams hp{c.hc_mult, D, c.rms_norm_eps, c.hc_eps, c.hc_sinkhorn_iters};
+  std::vector<float> y(N * D), h(N * D), a(N * D), post(N * n_streams), comb(N * n_streams * n_streams);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = weights_.layers[l];
+    const std::string ln = "layers." + std::to_string(l);
+    // Attention block.
+    if (hc) {
+      ops::HcPre(X.data(), N, L.attn_hc.fn, L.attn_hc.base, L.attn_hc.scale, hp, post.data(), comb.data(), y.data(),
+                 num_);
+    } else {
+      y = X;
+    }
+    ops::RmsNorm(y.data(), N, D, L.input_norm, c.rms_norm_eps, h.data(), num_);
+    st.Capture(ln + ".input_layernorm", h, {N, D});
+    if (L.attn == AttnKind::kKda) {
+      KdaLayer(st, l, h.data(), a.data());
+    } else {
+      AttnLayer(st, l, h.data(), a.data());
+    }
+    st.Capture(ln + ".self_attn", a, {N, D});
+    if (hc) {
+      ops::HcPost(X.data(), N, a.data(), post.data(), comb.data(), hp, num_);
+      ops::HcPre(X.data(), N, L.ffn_hc.fn, L.ffn_hc.base, L.ffn_hc.scale, hp, post.data(), comb.data(), y.data(),
+                 num_);
+    } else {
+      for (int64_t i = 0; i < N * D; ++i) X[i] = num_.Round(X[i] + a[i]);
+      y = X;
+    }
+    // FFN block.
+    ops::RmsNorm(y.data(), N, D, L.post_norm, c.rms_norm_eps, h.data(), num_);
+    st.Capture(ln + ".post_attention_layernorm", h, {N, D});
+    MlpLayer(st, l, h.data(), a.data());
+    st.Capture(ln + ".mlp", a, {N, D});
+    if (hc) {
+      ops::HcPost(X.data(), N, a.data(), post.data(), comb.data(), hp, num_);
+      st.Capture(ln, X, {N, n_streams, D});
+    } else {
+      for (int64_t i = 0; i < N * D; ++i) X[i] = num_.Round(X[i] + a[i]);
+      st.Capture(ln, X, {N, D});
+    }
+  }
+
+  // Head: mean of the streams (glm5), final norm, lm_head — only for the rows that need logits.
+  std::vector<int64_t> rows;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (batch[b].all_logits) {
+      for (int64_t i = st.offsets[b]; i < st.offsets[b + 1]; ++i) rows.push_back(i);
+    } else {
+      rows.push_back(st.offsets[b + 1] - 1);
+    }
+  }
+  const bool capture_all = capture && static_cast<int64_t>(rows.size()) != N;
+  if (capture_all) {  // diagnostics want every row's norm output
+    rows.clear();
+    for (int64_t i = 0; i < N; ++i) rows.push_back(i);
+  }
+  const int64_t R = static_cast<int64_t>(rows.size());
+  std::vector<float> hm(R * D), hn(R * D);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xs = &X[rows[r] * n_streams * D];
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0;
+      for (int64_t s = 0; s < n_streams; ++s) acc += xs[s * D + d];
+      hm[r * D + d] = num_.Round(acc / static_cast<float>(n_streams));
+    }
+  }
+  ops::RmsNorm(hm.data(), R, D, weights_.final_norm, c.rms_norm_eps, hn.data(), num_);
+  st.Capture("norm", hn, {R, D});
+  std::vector<float> all(R * V);
+  ops::Linear(hn.data(), R, weights_.lm_head, all.data(), num_);
+  st.Capture("logits", all, {R, V});
+  logits->clear();
+  if (capture_all) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const int64_t lo = batch[b].all_logits ? st.offsets[b] : st.offsets[b + 1] - 1;
+      logits->insert(logits->end(), all.begin() + lo * V, all.begin() + st.offsets[b + 1] * V);
+    }
+  } else {
+    *logits = std::move(all);
+  }
+  for (size_t b = 0; b < batch.size(); ++b) batch[b].state->num_tokens += batch[b].ids.size();
+  return Status();
+}
+
+// ---- KDA layer -----------------------------------------------------------------------------------
+
+void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const {
+  const ModelConfig& c = config_;
+  const KdaWeights& w = weights_.layers[layer].kda;
+  const int64_t N = st.n, H = c.linear_num_heads, K = c.linear_head_dim, P = H * K;
+  const ops::KdaShape shape{H, K};
+  // Projections for the whole batch.
+  std::vector<float> u(N * 3 * P), conv(N * 3 * P);
+  ops::Linear(x, N, w.q, u.data(), num_);
+  // Re-pack [q | k | v] per token.
+  std::vector<float> kk(N * P), vv(N * P);
+  ops::Linear(x, N, w.k, kk.data(), num_);
+  ops::Linear(x, N, w.v, vv.data(), num_);
+  for (int64_t i = N - 1; i >= 0; --i) {
+    std::memmove(&u[i * 3 * P], &u[i * P], P * sizeof(float));
+  }
+  for (int64_t i = 0; i < N; ++i) {
+    std::memcpy(&u[i * 3 * P + P], &kk[i * P], P * sizeof(float));
+    std::memcpy(&u[i * 3 * P + 2 * P], &vv[i * P], P * sizeof(float));
+  }
+  // Gates.
+  std::vector<float> fa(N * K), f(N * P), g(N * P), braw(N * H), beta(N * H), za(N * K), z(N * P);
+  ops::Linear(x, N, w.f_a, fa.data(), num_);
+  ops::Linear(fa.data(), N, w.f_b, f.data(), num_);
+  ops::KdaGate(f.data(), N, shape, w.dt_bias, w.a_log, c.linear_lower_bound, g.data());
+  ops::Linear(x, N, w.b, braw.data(), num_);
+  for (int64_t i = 0; i < N * H; ++i) beta[i] = num_.Round(ops::Sigmoid(braw[i]));
+  ops::Linear(x, N, w.g_a, za.data(), num_);
+  ops::Linear(za.data(), N, w.g_b, z.data(), num_);
+  // Per sequence: conv + core.
+  std::vector<float> o(N * P);
+  for (size_t b = 0; b < st.batch.size(); ++b) {
+    SequenceState& s = *st.batch[b].state;
+    KdaLayerState& ks = s.kda[layer];
+    const int64_t t0 = st.offsets[b], T = st.offsets[b + 1] - t0;
+    ops::CausalConv1dSilu(&u[t0 * 3 * P], T, 3 * P, w.conv.data.data(), c.linear_conv_kernel_dim, ks.conv.data(),
+                          &conv[t0 * 3 * P], num_);
+    // Split conv output [T, 3P] into q, k, v [T, H, K].
+    std::vector<float> q(T * P), k(T * P), v(T * P);
+    for (int64_t i = 0; i < T; ++i) {
+      std::memcpy(&q[i * P], &conv[(t0 + i) * 3 * P], P * sizeof(float));
+      std::memcpy(&k[i * P], &conv[(t0 + i) * 3 * P + P], P * sizeof(float));
+      std::memcpy(&v[i * P], &conv[(t0 + i) * 3 * P + 2 * P], P * sizeof(float));
+    }
+    const bool decode = s.num_tokens > 0 && T == 1;
+    if (decode) {
+      ops::KdaRecurrent(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, ks.recurrent.data(),
+                        &o[t0 * P]);
+    } else {
+      ops::KdaChunked(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, ks.recurrent.data(),
+                      &o[t0 * P]);
+    }
+  }
+  num_.Round(o);
+  std::vector<float> yn(N * P);
+  ops::GatedRmsNorm(o.data(), z.data(), N, shape, w.o_norm, c.rms_norm_eps, yn.data(), num_);
+  ops::Linear(yn.data(), N, w.o, out, num_);
+}
+
+// ---- attention layer (MLA / DSA) ----------------------------------------------------------------
+
+void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = weights_.layers[layer];
+  const MlaWeights& w = L.mla;
+  const int64_t N = st.n, D = c.hidden_size, H = c.num_attention_heads, qk = c.qk_head_dim(),
+                R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+  (void)D;
+  std::vector<float> q(N * H * qk);
+  std::vector<float> q_resid;
+  if (c.q_lora_rank > 0) {
+    std::vector<float> qa(N * c.q_lora_rank);
+    q_resid.resize(N * c.q_lora_rank);
+    ops::Linear(x, N, w.q_a, qa.data(), num_);
+    ops::RmsNorm(qa.data(), N, c.q_lora_rank, w.q_a_norm, c.qa_norm_eps, q_resid.data(), num_);
+    ops::Linear(q_resid.data(), N, w.q_b, q.data(), num_);
+  } else {
+    ops::Linear(x, N, w.q_proj, q.data(), num_);
+  }
+  std::vector<float> ckv(N * (R + rope)), latent(N * R);
+  ops::Linear(x, N, w.kv_a, ckv.data(), num_);
+  // ckv rows are [c (R) | k_rot (rope)]; normalise the c part of each row.
+  for (int64_t i = 0; i < N; ++i)
+    ops::RmsNorm(&ckv[i * (R + rope)], 1, R, w.kv_a_norm, c.kva_norm_eps, &latent[i * R], num_);
+
+  // Indexer projections for the whole batch (full DSA layers).
+  const bool dsa = L.attn == AttnKind::kDsa;
+  const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
+  std::vector<float> qi, ki_raw, ki, gamma, wts;
+  if (dsa && w.has_indexer) {
+    const IndexerWeights& iw = w.indexer;
+    qi.resize(N * Hi * di);
+    ki_raw.resize(N * di);
+    ki.resize(N * di);
+    gamma.resize(N * di);
+    wts.resize(N * Hi);
+    ops::Linear(q_resid.data(), N, iw.wq_b, qi.data(), num_);
+    ops::Linear(x, N, iw.wk, ki_raw.data(), num_);
+    ops::LayerNorm(ki_raw.data(), N, di, iw.k_norm_w, iw.k_norm_b, 1e-6f, ki.data(), num_);
+    ops::Linear(x, N, iw.compress_gate, gamma.data(), num_);
+    ops::Linear(x, N, iw.weights_proj, wts.data(), num_);
+    const float hs = 1.0f / std::sqrt(static_cast<float>(Hi));
+    for (auto& v : wts) v *= hs;
+  }
+
+  ops::MlaShape ms{H, c.qk_nope_head_dim, rope, c.v_head_dim, R, 1.0f / std::sqrt(static_cast<float>(qk))};
+  std::vector<float> attn(N * H * c.v_head_dim);
+  for (size_t b = 0; b < st.batch.size(); ++b) {
+    SequenceState& s = *st.batch[b].state;
+    AttnLayerState& as = s.attn[layer];
+    const int64_t t0 = st.offsets[b], T = st.offsets[b + 1] - t0, pos0 = s.num_tokens;
+    as.latent.insert(as.latent.end(), latent.begin() + t0 * R, latent.begin() + (t0 + T) * R);
+    for (int64_t i = 0; i < T && rope > 0; ++i) {
+      const float* kr = &ckv[(t0 + i) * (R + rope) + R];
+      as.krot.insert(as.krot.end(), kr, kr + rope);
+    }
+    ops::Selection sel;
+    if (!dsa) {
+      sel.causal = true;
+    } else if (w.has_indexer) {
+      as.idx_k.insert(as.idx_k.end(), ki.begin() + t0 * di, ki.begin() + (t0 + T) * di);
+      as.idx_gamma.insert(as.idx_gamma.end(), gamma.begin() + t0 * di, gamma.begin() + (t0 + T) * di);
+      const int64_t m = c.index_kpool, total = pos0 + T;
+      while ((as.num_pools + 1) * m <= total) {  // pools completed by this step
+        const int64_t p0 = as.num_pools * m;
+        as.pool_keys.resize((as.num_pools + 1) * di);
+        ops::PoolKey(&as.idx_k[p0 * di], &as.idx_gamma[p0 * di], w.indexer.ape.data.data(), m, di,
+                     &as.pool_keys[as.num_pools * di], num_);
+        ++as.num_pools;
+      }
+      ops::IndexerShape is{Hi, di, m, c.index_topk, c.index_kpool_always_select_tail};
+      ops::IndexerSelect(&qi[t0 * Hi * di], &wts[t0 * Hi], T, pos0, as.pool_keys.data(), as.num_pools, is, &sel);
+      st.last_selection[b] = sel;
+    } else {
+      // "shared" layer: reuse the selection of the most recent full DSA layer in this step. The
+      // reference (transformers 5.17) supports this only directly after a full DSA layer and
+      // raises otherwise; gyre implements the documented semantics for any preceding full layer.
+      sel = st.last_selection[b];
+    }
+    ops::MlaAttention(&q[t0 * H * qk], T, pos0, as.latent.data(), rope > 0 ? as.krot.data() : nullptr, w.kv_b, ms,
+                      sel, &attn[t0 * H * c.v_head_dim], num_);
+  }
+  ops::Linear(attn.data(), N, w.o, out, num_);
+}
+
+// ---- MLP / MoE layer -----------------------------------------------------------------------------
+
+namespace {
+void SwiGluMlp(const MlpWeights& w, const float* x, int64_t n, float limit, float* out, const Numerics& num) {
+  const int64_t I = w.gate.rows;
+  std::vector<float> g(n * I), u(n * I), a(n * I);
+  ops::Linear(x, n, w.gate, g.data(), num);
+  ops::Linear(x, n, w.up, u.data(), num);
+  ops::SwiGlu(g.data(), I, u.data(), I, n, I, limit, a.data(), num);
+  ops::Linear(a.data(), n, w.down, out, num);
+}
+}  // namespace
+
+void Model::MlpLayer(Step& st, int64_t layer, const float* x, float* out) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = weights_.layers[layer];
+  const int64_t N = st.n, D = c.hidden_size;
+  const float limit = c.swiglu_limit.value_or(0.0f);
+  if (L.mlp == MlpKind::kDense) {
+    SwiGluMlp(L.dense, x, N, limit, out, num_);
+    return;
+  }
+  const MoeWeights& w = L.moe;
+  const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
+  std::vector<float> logits(N * E), wts(N * k);
+  std::vector<int32_t> idx(N * k);
+  ops::LinearF32(x, N, w.router, logits.data());
+  ops::RouterParams rp{E, k, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
+  ops::Route(logits.data(), N, w.bias, rp, idx.data(), wts.data());
+  // Group the (token, slot) pairs by expert; run each hit expert once over its tokens.
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < k; ++j) by_expert[idx[i * k + j]].push_back({i, wts[i * k + j]});
+  std::vector<float> acc(N * D, 0.0f), xs, ys;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& hits = by_expert[e];
+    if (hits.empty()) continue;
+    const int64_t m = static_cast<int64_t>(hits.size());
+    xs.resize(m * D);
+    ys.resize(m * D);
+    for (int64_t r = 0; r < m; ++r) std::memcpy(&xs[r * D], x + hits[r].first * D, D * sizeof(float));
+    SwiGluMlp(w.experts[e], xs.data(), m, limit, ys.data(), num_);
+    for (int64_t r = 0; r < m; ++r) {
+      float* dst = &acc[hits[r].first * D];
+      const float wt = hits[r].second;
+      for (int64_t d = 0; d < D; ++d) dst[d] += ys[r * D + d] * wt;
+    }
+  }
+  if (w.has_shared) {
+    std::vector<float> sh(N * D);
+    SwiGluMlp(w.shared, x, N, limit, sh.data(), num_);
+    for (int64_t i = 0; i < N * D; ++i) out[i] = num_.Round(num_.Round(acc[i]) + sh[i]);
+  } else {
+    for (int64_t i = 0; i < N * D; ++i) out[i] = num_.Round(acc[i]);
+  }
+}
+
+// ---- summary -------------------------------------------------------------------------------------
+
+ModelSummary Summarize(const ModelConfig& c) {
+  ModelSummary s;
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  int64_t total = V * D + D + (c.tie_word_embeddings ? 0 : V * D), unselected = 0;
+  const int64_t P = c.linear_num_heads * c.linear_head_dim, K = c.linear_head_dim, Hl = c.linear_num_heads;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    total += 2 * D;
+    if (c.hc_mult > 0) {
+      const int64_t n = c.hc_mult, mix = (2 + n) * n;
+      total += 2 * (mix * n * D + mix + 3);
+    }
+    switch (c.layer_types[i]) {
+      case AttnKind::kKda:
+        ++s.num_kda;
+        total += 3 * P * D + 3 * P * c.linear_conv_kernel_dim + K * D + P * K + P + Hl + Hl * D + K * D + P * K + K +
+                 D * P;
+        s.kda_state_bytes_per_sequence += (c.linear_conv_kernel_dim - 1) * 3 * P * 2 + Hl * K * K * 4;
+        break;
+      case AttnKind::kDsa:
+      case AttnKind::kMla: {
+        (c.layer_types[i] == AttnKind::kDsa ? s.num_dsa : s.num_mla)++;
+        const int64_t H = c.num_attention_heads, qk = c.qk_head_dim();
+        total += c.q_lora_rank > 0 ? c.q_lora_rank * D + c.q_lora_rank + H * qk * c.q_lora_rank : H * qk * D;
+        total += (c.kv_lora_rank + c.qk_rope_head_dim) * D + c.kv_lora_rank +
+                 H * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + D * H * c.v_head_dim;
+        int64_t per_tok = (c.kv_lora_rank + c.qk_rope_head_dim) * 2;
+        if (c.layer_types[i] == AttnKind::kDsa && c.indexer_types[i] == IndexerKind::kFull) {
+          const int64_t Hi = c.index_n_heads, d = c.index_head_dim;
+          total += Hi * d * c.q_lora_rank + d * D + 2 * d + Hi * D + c.index_kpool * d + d * D;
+          per_tok += 2 * d * 2;  // indexer key + pool gate logits, bf16
+        }
+        s.attn_cache_bytes_per_token += per_tok;
+        break;
+      }
+    }
+    const int64_t I = c.moe_intermediate_size;
+    if (c.mlp_layer_types[i] == MlpKind::kDense) {
+      ++s.num_dense;
+      total += 3 * D * c.intermediate_size;
+    } else {
+      ++s.num_moe;
+      total += c.n_routed_experts * D + c.n_routed_experts * 3 * D * I + c.n_shared_experts * 3 * D * I;
+      unselected += (c.n_routed_experts - c.num_experts_per_tok) * 3 * D * I;
+    }
+  }
+  s.params_total = total;
+  s.params_active = total - unselected;
+  return s;
+}
+
+}  // namespace gyre

@@ -1,0 +1,82 @@
+// Model: a loaded glm5_next / kimi_linear text model and its CPU forward step over a ragged batch.
+//
+// One Forward call runs every layer once over the concatenated new tokens of several sequences
+// (any mix of prefill pieces and single decode tokens). Token-wise work (projections, norms,
+// hyper-connections, MoE) runs on the whole batch; sequence-wise work (KDA conv + recurrence, DSA
+// indexer + attention) runs per sequence against that sequence's SequenceState.
+//
+// Thread safety: a Model is immutable after Load; Forward may run concurrently on disjoint
+// SequenceStates (ops parallelise internally, so one caller at a time is the efficient use).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/numerics.h"
+#include "runtime/sequence_state.h"
+
+namespace gyre {
+
+struct ModelOptions {
+  ActDType act = ActDType::kF32;  // activation rounding (ops/numerics.h)
+};
+
+// Called with a named intermediate tensor of one forward step, rows = the batch's tokens in order.
+// Names: "embed_tokens", "layers.{i}.input_layernorm", "layers.{i}.self_attn",
+// "layers.{i}.post_attention_layernorm", "layers.{i}.mlp", "layers.{i}" (glm5: the streams
+// [N, n, D]), "norm", "logits".
+using CaptureFn = std::function<void(std::string_view name, std::span<const float> data, std::vector<int64_t> shape)>;
+
+struct SeqInput {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> ids;  // new tokens (>= 1)
+  bool all_logits = false;       // logits for every new token, else only the last
+};
+
+class Model {
+ public:
+  // Loads config.json (+ generation_config.json) and the safetensors weights of `dir`.
+  // Errors carry the file / tensor / field at fault.
+  static Result<std::unique_ptr<Model>> Load(const std::string& dir, const ModelOptions& opts = {});
+  // Builds from an already-bound config and weights (benchmarks, tests).
+  static std::unique_ptr<Model> FromWeights(ModelConfig config, ModelWeights weights, const ModelOptions& opts = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  SequenceState NewSequence() const { return SequenceState(config_); }
+
+  // Runs one step. `logits` receives, per input in order, [1 or ids.size(), vocab] rows.
+  // Errors: InvalidArgument for an empty input or an id outside [0, vocab).
+  Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits, const CaptureFn& capture = {}) const;
+
+ private:
+  Model(ModelConfig c, ModelWeights w, const ModelOptions& o);
+  struct Step;  // per-call scratch (model.cc)
+  void KdaLayer(Step& st, int64_t layer, const float* x, float* out) const;
+  void AttnLayer(Step& st, int64_t layer, const float* x, float* out) const;
+  void MlpLayer(Step& st, int64_t layer, const float* x, float* out) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Numerics num_;
+};
+
+// Architecture summary for `gyre inspect`.
+struct ModelSummary {
+  int64_t num_kda = 0, num_dsa = 0, num_mla = 0, num_dense = 0, num_moe = 0;
+  int64_t params_total = 0;        // text model (incl. embedding and lm_head)
+  int64_t params_active = 0;       // per token: total minus unselected routed experts
+  int64_t attn_cache_bytes_per_token = 0;  // DSA/MLA layers, at the engine's cache dtype (bf16)
+  int64_t kda_state_bytes_per_sequence = 0;  // conv tail (bf16) + fp32 recurrent state
+};
+ModelSummary Summarize(const ModelConfig& c);
+
+}  // namespace gyre
