@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/trace.h"
 #include "ops/attention.h"
 #include "ops/basic.h"
 #include "ops/hyper_connection.h"
@@ -73,6 +74,7 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
   }
   const int64_t N = st.n = static_cast<int64_t>(ids.size());
   st.last_selection.resize(batch.size());
+  GYRE_SPAN("forward", "step", trace::Attrs{.tokens = N, .detail = "seqs=" + std::to_string(batch.size())});
 
   std::vector<float> e(N * D);
   ops::Embedding(ids, weights_.embed, e.data());
@@ -89,14 +91,20 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[l];
     const std::string ln = "layers." + std::to_string(l);
+    GYRE_SPAN(L.attn == AttnKind::kKda ? "layer.kda" : L.attn == AttnKind::kDsa ? "layer.dsa" : "layer.mla", "layer",
+              trace::Attrs{.layer = l, .tokens = N});
     // Attention block.
     if (hc) {
+      GYRE_SPAN("hc.pre", "op", trace::Attrs{.layer = l, .tokens = N});
       ops::HcPre(X.data(), N, L.attn_hc.fn, L.attn_hc.base, L.attn_hc.scale, hp, post.data(), comb.data(), y.data(),
                  num_);
     } else {
       y = X;
     }
-    ops::RmsNorm(y.data(), N, D, L.input_norm, c.rms_norm_eps, h.data(), num_);
+    {
+      GYRE_SPAN("rmsnorm", "op", trace::Attrs{.layer = l, .tokens = N});
+      ops::RmsNorm(y.data(), N, D, L.input_norm, c.rms_norm_eps, h.data(), num_);
+    }
     st.Capture(ln + ".input_layernorm", h, {N, D});
     if (L.attn == AttnKind::kKda) {
       KdaLayer(st, l, h.data(), a.data());
@@ -105,6 +113,7 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
     }
     st.Capture(ln + ".self_attn", a, {N, D});
     if (hc) {
+      GYRE_SPAN("hc.post+pre", "op", trace::Attrs{.layer = l, .tokens = N});
       ops::HcPost(X.data(), N, a.data(), post.data(), comb.data(), hp, num_);
       ops::HcPre(X.data(), N, L.ffn_hc.fn, L.ffn_hc.base, L.ffn_hc.scale, hp, post.data(), comb.data(), y.data(),
                  num_);
@@ -118,6 +127,7 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
     MlpLayer(st, l, h.data(), a.data());
     st.Capture(ln + ".mlp", a, {N, D});
     if (hc) {
+      GYRE_SPAN("hc.post", "op", trace::Attrs{.layer = l, .tokens = N});
       ops::HcPost(X.data(), N, a.data(), post.data(), comb.data(), hp, num_);
       st.Capture(ln, X, {N, n_streams, D});
     } else {
@@ -153,7 +163,10 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
   ops::RmsNorm(hm.data(), R, D, weights_.final_norm, c.rms_norm_eps, hn.data(), num_);
   st.Capture("norm", hn, {R, D});
   std::vector<float> all(R * V);
-  ops::Linear(hn.data(), R, weights_.lm_head, all.data(), num_);
+  {
+    GYRE_SPAN("lm_head", "op", trace::Attrs{.tokens = R, .flops = 2 * R * V * D});
+    ops::Linear(hn.data(), R, weights_.lm_head, all.data(), num_);
+  }
   st.Capture("logits", all, {R, V});
   logits->clear();
   if (capture_all) {
@@ -173,40 +186,38 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
 void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const {
   const ModelConfig& c = config_;
   const KdaWeights& w = weights_.layers[layer].kda;
-  const int64_t N = st.n, H = c.linear_num_heads, K = c.linear_head_dim, P = H * K;
+  const int64_t N = st.n, H = c.linear_num_heads, K = c.linear_head_dim, P = H * K, D = c.hidden_size;
   const ops::KdaShape shape{H, K};
-  // Projections for the whole batch.
-  std::vector<float> u(N * 3 * P), conv(N * 3 * P);
-  ops::Linear(x, N, w.q, u.data(), num_);
-  // Re-pack [q | k | v] per token.
-  std::vector<float> kk(N * P), vv(N * P);
-  ops::Linear(x, N, w.k, kk.data(), num_);
-  ops::Linear(x, N, w.v, vv.data(), num_);
-  for (int64_t i = N - 1; i >= 0; --i) {
-    std::memmove(&u[i * 3 * P], &u[i * P], P * sizeof(float));
-  }
-  for (int64_t i = 0; i < N; ++i) {
-    std::memcpy(&u[i * 3 * P + P], &kk[i * P], P * sizeof(float));
-    std::memcpy(&u[i * 3 * P + 2 * P], &vv[i * P], P * sizeof(float));
-  }
-  // Gates.
+  // u = [q | k | v] per token (pre-conv), gates f, beta and output gate z for the whole batch.
+  std::vector<float> u(N * 3 * P), conv(N * 3 * P), qkv(N * P);
   std::vector<float> fa(N * K), f(N * P), g(N * P), braw(N * H), beta(N * H), za(N * K), z(N * P);
-  ops::Linear(x, N, w.f_a, fa.data(), num_);
-  ops::Linear(fa.data(), N, w.f_b, f.data(), num_);
-  ops::KdaGate(f.data(), N, shape, w.dt_bias, w.a_log, c.linear_lower_bound, g.data());
-  ops::Linear(x, N, w.b, braw.data(), num_);
-  for (int64_t i = 0; i < N * H; ++i) beta[i] = num_.Round(ops::Sigmoid(braw[i]));
-  ops::Linear(x, N, w.g_a, za.data(), num_);
-  ops::Linear(za.data(), N, w.g_b, z.data(), num_);
-  // Per sequence: conv + core.
+  {
+    GYRE_SPAN("kda.proj", "op",
+              trace::Attrs{.layer = layer, .tokens = N, .flops = 2 * N * D * (3 * P + 2 * K + H) + 4 * N * K * P});
+    const Matrix* mats[3] = {&w.q, &w.k, &w.v};
+    for (int part = 0; part < 3; ++part) {
+      ops::Linear(x, N, *mats[part], qkv.data(), num_);
+      for (int64_t i = 0; i < N; ++i) std::memcpy(&u[i * 3 * P + part * P], &qkv[i * P], P * sizeof(float));
+    }
+    ops::Linear(x, N, w.f_a, fa.data(), num_);
+    ops::Linear(fa.data(), N, w.f_b, f.data(), num_);
+    ops::KdaGate(f.data(), N, shape, w.dt_bias, w.a_log, c.linear_lower_bound, g.data());
+    ops::Linear(x, N, w.b, braw.data(), num_);
+    for (int64_t i = 0; i < N * H; ++i) beta[i] = num_.Round(ops::Sigmoid(braw[i]));
+    ops::Linear(x, N, w.g_a, za.data(), num_);
+    ops::Linear(za.data(), N, w.g_b, z.data(), num_);
+  }
+  // Per sequence: conv + core (chunked for prefill pieces, recurrent for single-token decode).
   std::vector<float> o(N * P);
   for (size_t b = 0; b < st.batch.size(); ++b) {
     SequenceState& s = *st.batch[b].state;
     KdaLayerState& ks = s.kda[layer];
     const int64_t t0 = st.offsets[b], T = st.offsets[b + 1] - t0;
-    ops::CausalConv1dSilu(&u[t0 * 3 * P], T, 3 * P, w.conv.data.data(), c.linear_conv_kernel_dim, ks.conv.data(),
-                          &conv[t0 * 3 * P], num_);
-    // Split conv output [T, 3P] into q, k, v [T, H, K].
+    {
+      GYRE_SPAN("kda.conv", "op", trace::Attrs{.layer = layer, .tokens = T});
+      ops::CausalConv1dSilu(&u[t0 * 3 * P], T, 3 * P, w.conv.data.data(), c.linear_conv_kernel_dim, ks.conv.data(),
+                            &conv[t0 * 3 * P], num_);
+    }
     std::vector<float> q(T * P), k(T * P), v(T * P);
     for (int64_t i = 0; i < T; ++i) {
       std::memcpy(&q[i * P], &conv[(t0 + i) * 3 * P], P * sizeof(float));
@@ -214,15 +225,19 @@ void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const 
       std::memcpy(&v[i * P], &conv[(t0 + i) * 3 * P + 2 * P], P * sizeof(float));
     }
     const bool decode = s.num_tokens > 0 && T == 1;
+    const int64_t state_bytes = H * K * K * 4 * 2;  // read + write of the fp32 state
     if (decode) {
+      GYRE_SPAN("kda.recurrent", "op", trace::Attrs{.layer = layer, .tokens = T, .bytes = state_bytes});
       ops::KdaRecurrent(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, ks.recurrent.data(),
                         &o[t0 * P]);
     } else {
+      GYRE_SPAN("kda.chunk", "op", trace::Attrs{.layer = layer, .tokens = T, .bytes = state_bytes});
       ops::KdaChunked(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, ks.recurrent.data(),
                       &o[t0 * P]);
     }
   }
   num_.Round(o);
+  GYRE_SPAN("kda.out", "op", trace::Attrs{.layer = layer, .tokens = N, .flops = 2 * N * P * D});
   std::vector<float> yn(N * P);
   ops::GatedRmsNorm(o.data(), z.data(), N, shape, w.o_norm, c.rms_norm_eps, yn.data(), num_);
   ops::Linear(yn.data(), N, w.o, out, num_);
@@ -234,34 +249,34 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
   const ModelConfig& c = config_;
   const LayerWeights& L = weights_.layers[layer];
   const MlaWeights& w = L.mla;
-  const int64_t N = st.n, D = c.hidden_size, H = c.num_attention_heads, qk = c.qk_head_dim(),
-                R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
-  (void)D;
-  std::vector<float> q(N * H * qk);
-  std::vector<float> q_resid;
-  if (c.q_lora_rank > 0) {
-    std::vector<float> qa(N * c.q_lora_rank);
-    q_resid.resize(N * c.q_lora_rank);
-    ops::Linear(x, N, w.q_a, qa.data(), num_);
-    ops::RmsNorm(qa.data(), N, c.q_lora_rank, w.q_a_norm, c.qa_norm_eps, q_resid.data(), num_);
-    ops::Linear(q_resid.data(), N, w.q_b, q.data(), num_);
-  } else {
-    ops::Linear(x, N, w.q_proj, q.data(), num_);
-  }
-  std::vector<float> ckv(N * (R + rope)), latent(N * R);
-  ops::Linear(x, N, w.kv_a, ckv.data(), num_);
-  // ckv rows are [c (R) | k_rot (rope)]; normalise the c part of each row.
-  for (int64_t i = 0; i < N; ++i)
-    ops::RmsNorm(&ckv[i * (R + rope)], 1, R, w.kv_a_norm, c.kva_norm_eps, &latent[i * R], num_);
-
-  // Indexer projections for the whole batch (full DSA layers).
+  const int64_t N = st.n, H = c.num_attention_heads, qk = c.qk_head_dim(), R = c.kv_lora_rank,
+                rope = c.qk_rope_head_dim;
   const bool dsa = L.attn == AttnKind::kDsa;
   const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
-  std::vector<float> qi, ki_raw, ki, gamma, wts;
+  // Projections for the whole batch: q (LoRA or direct), latent c (+ k_rot), indexer inputs.
+  std::vector<float> q(N * H * qk), q_resid, ckv(N * (R + rope)), latent(N * R);
+  std::vector<float> qi, ki, gamma, wts;
+  {
+    GYRE_SPAN("mla.proj", "op", trace::Attrs{.layer = layer, .tokens = N});
+    if (c.q_lora_rank > 0) {
+      std::vector<float> qa(N * c.q_lora_rank);
+      q_resid.resize(N * c.q_lora_rank);
+      ops::Linear(x, N, w.q_a, qa.data(), num_);
+      ops::RmsNorm(qa.data(), N, c.q_lora_rank, w.q_a_norm, c.qa_norm_eps, q_resid.data(), num_);
+      ops::Linear(q_resid.data(), N, w.q_b, q.data(), num_);
+    } else {
+      ops::Linear(x, N, w.q_proj, q.data(), num_);
+    }
+    ops::Linear(x, N, w.kv_a, ckv.data(), num_);
+    // ckv rows are [c (R) | k_rot (rope)]; normalise the c part of each row.
+    for (int64_t i = 0; i < N; ++i)
+      ops::RmsNorm(&ckv[i * (R + rope)], 1, R, w.kv_a_norm, c.kva_norm_eps, &latent[i * R], num_);
+  }
   if (dsa && w.has_indexer) {
+    GYRE_SPAN("dsa.indexer.proj", "op", trace::Attrs{.layer = layer, .tokens = N});
     const IndexerWeights& iw = w.indexer;
+    std::vector<float> ki_raw(N * di);
     qi.resize(N * Hi * di);
-    ki_raw.resize(N * di);
     ki.resize(N * di);
     gamma.resize(N * di);
     wts.resize(N * Hi);
@@ -289,10 +304,11 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
     if (!dsa) {
       sel.causal = true;
     } else if (w.has_indexer) {
+      GYRE_SPAN("dsa.indexer.select", "op", trace::Attrs{.layer = layer, .tokens = T});
       as.idx_k.insert(as.idx_k.end(), ki.begin() + t0 * di, ki.begin() + (t0 + T) * di);
       as.idx_gamma.insert(as.idx_gamma.end(), gamma.begin() + t0 * di, gamma.begin() + (t0 + T) * di);
       const int64_t m = c.index_kpool, total = pos0 + T;
-      while ((as.num_pools + 1) * m <= total) {  // pools completed by this step
+      while ((as.num_pools + 1) * m <= total) {  // pools completed by this step: pooled key once
         const int64_t p0 = as.num_pools * m;
         as.pool_keys.resize((as.num_pools + 1) * di);
         ops::PoolKey(&as.idx_k[p0 * di], &as.idx_gamma[p0 * di], w.indexer.ape.data.data(), m, di,
@@ -308,9 +324,11 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
       // raises otherwise; gyre implements the documented semantics for any preceding full layer.
       sel = st.last_selection[b];
     }
+    GYRE_SPAN("mla.attn", "op", trace::Attrs{.layer = layer, .tokens = T, .detail = "ctx=" + std::to_string(pos0 + T)});
     ops::MlaAttention(&q[t0 * H * qk], T, pos0, as.latent.data(), rope > 0 ? as.krot.data() : nullptr, w.kv_b, ms,
                       sel, &attn[t0 * H * c.v_head_dim], num_);
   }
+  GYRE_SPAN("mla.out", "op", trace::Attrs{.layer = layer, .tokens = N});
   ops::Linear(attn.data(), N, w.o, out, num_);
 }
 
@@ -333,6 +351,7 @@ void Model::MlpLayer(Step& st, int64_t layer, const float* x, float* out) const 
   const int64_t N = st.n, D = c.hidden_size;
   const float limit = c.swiglu_limit.value_or(0.0f);
   if (L.mlp == MlpKind::kDense) {
+    GYRE_SPAN("mlp.dense", "op", trace::Attrs{.layer = layer, .tokens = N, .flops = 6 * N * D * c.intermediate_size});
     SwiGluMlp(L.dense, x, N, limit, out, num_);
     return;
   }
@@ -340,14 +359,19 @@ void Model::MlpLayer(Step& st, int64_t layer, const float* x, float* out) const 
   const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
   std::vector<float> logits(N * E), wts(N * k);
   std::vector<int32_t> idx(N * k);
-  ops::LinearF32(x, N, w.router, logits.data());
-  ops::RouterParams rp{E, k, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
-  ops::Route(logits.data(), N, w.bias, rp, idx.data(), wts.data());
+  {
+    GYRE_SPAN("moe.router", "op", trace::Attrs{.layer = layer, .tokens = N, .flops = 2 * N * D * E});
+    ops::LinearF32(x, N, w.router, logits.data());
+    ops::RouterParams rp{E, k, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
+    ops::Route(logits.data(), N, w.bias, rp, idx.data(), wts.data());
+  }
   // Group the (token, slot) pairs by expert; run each hit expert once over its tokens.
   std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < k; ++j) by_expert[idx[i * k + j]].push_back({i, wts[i * k + j]});
   std::vector<float> acc(N * D, 0.0f), xs, ys;
+  GYRE_SPAN("moe.experts", "op",
+            trace::Attrs{.layer = layer, .tokens = N, .flops = 6 * N * k * D * c.moe_intermediate_size});
   for (int64_t e = 0; e < E; ++e) {
     const auto& hits = by_expert[e];
     if (hits.empty()) continue;
@@ -363,6 +387,7 @@ void Model::MlpLayer(Step& st, int64_t layer, const float* x, float* out) const 
     }
   }
   if (w.has_shared) {
+    GYRE_SPAN("moe.shared", "op", trace::Attrs{.layer = layer, .tokens = N});
     std::vector<float> sh(N * D);
     SwiGluMlp(w.shared, x, N, limit, sh.data(), num_);
     for (int64_t i = 0; i < N * D; ++i) out[i] = num_.Round(num_.Round(acc[i]) + sh[i]);

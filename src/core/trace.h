@@ -1,0 +1,78 @@
+// Span recording: the only part of the feedback layer that other layers call.
+//
+// A span is a named, timed interval on one thread with a category ("step", "layer", "op",
+// "sched", "transfer", ...) and optional attributes (request id, layer, op shape, tokens, bytes).
+// Spans go to per-thread buffers (no lock on the hot path after a thread's first span) and share
+// one clock (steady_clock, ns since the recorder's epoch). When recording is off, GYRE_SPAN costs
+// one relaxed atomic load and a branch.
+//
+// Thread safety: Begin/End/Instant may be called from any thread. Enable/Collect/Clear must not
+// race with recording threads' buffer growth; call them between steps (the engine does).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gyre::trace {
+
+struct Attrs {
+  int64_t request = -1;
+  int64_t layer = -1;
+  int64_t tokens = -1;
+  int64_t bytes = -1;
+  int64_t flops = -1;
+  std::string detail;  // e.g. shape "T=80 H=4 K=16"
+};
+
+struct Span {
+  const char* name;  // static string
+  const char* cat;   // static string
+  int64_t start_ns = 0, dur_ns = 0;  // dur_ns < 0: instant event
+  uint32_t tid = 0;
+  Attrs attrs;
+};
+
+extern std::atomic<bool> g_enabled;
+inline bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+int64_t NowNs();  // ns since the recorder's epoch
+void Enable(bool on);
+void Record(Span s);                       // appends to the calling thread's buffer
+std::vector<Span> Collect();               // all buffered spans, sorted by start time
+void Clear();
+uint32_t ThreadId();                       // small stable id of the calling thread
+
+// RAII span; records on destruction when recording was on at construction.
+class Scoped {
+ public:
+  Scoped(const char* name, const char* cat) : name_(name), cat_(cat), on_(Enabled()) {
+    if (on_) start_ = NowNs();
+  }
+  Scoped(const char* name, const char* cat, Attrs a) : Scoped(name, cat) {
+    if (on_) attrs_ = std::move(a);
+  }
+  ~Scoped() {
+    if (on_) Record({name_, cat_, start_, NowNs() - start_, ThreadId(), std::move(attrs_)});
+  }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
+  bool on() const { return on_; }
+  Attrs& attrs() { return attrs_; }
+
+ private:
+  const char* name_;
+  const char* cat_;
+  bool on_;
+  int64_t start_ = 0;
+  Attrs attrs_;
+};
+
+}  // namespace gyre::trace
+
+#define GYRE_TRACE_CONCAT2(a, b) a##b
+#define GYRE_TRACE_CONCAT(a, b) GYRE_TRACE_CONCAT2(a, b)
+// GYRE_SPAN("kda.chunk", "op") or GYRE_SPAN("kda.chunk", "op", attrs)
+#define GYRE_SPAN(...) ::gyre::trace::Scoped GYRE_TRACE_CONCAT(_gyre_span_, __LINE__)(__VA_ARGS__)
