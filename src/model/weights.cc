@@ -45,7 +45,19 @@ class Binder {
   int64_t num_params_ = 0, num_used_ = 0;
 };
 
-std::string MoePrefix(const ModelConfig& c) { return "mlp."; }
+// On-disk FFN naming: glm5_next uses `mlp.` with gate/up/down_proj everywhere; kimi_linear puts
+// both the dense MLP and the MoE under `block_sparse_moe.` and names routed experts w1 (gate),
+// w3 (up), w2 (down).
+std::string FfnPrefix(const ModelConfig& c) {
+  return c.model_type == ModelType::kKimiLinear ? "block_sparse_moe." : "mlp.";
+}
+struct MlpNames {
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+constexpr MlpNames kProjNames{"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+constexpr MlpNames kKimiExpertNames{"w1.weight", "w3.weight", "w2.weight"};
 
 Status BindHc(Binder& b, const std::string& p, const ModelConfig& c, HcWeights* w) {
   const int64_t n = c.hc_mult, mix = (2 + n) * n;
@@ -113,10 +125,11 @@ Status BindMla(Binder& b, const std::string& p, const ModelConfig& c, bool index
   return Status();
 }
 
-Status BindMlp(Binder& b, const std::string& p, int64_t D, int64_t I, MlpWeights* w) {
-  GYRE_RETURN_IF_ERROR(b.Mat(p + "gate_proj.weight", I, D, &w->gate));
-  GYRE_RETURN_IF_ERROR(b.Mat(p + "up_proj.weight", I, D, &w->up));
-  return b.Mat(p + "down_proj.weight", D, I, &w->down);
+Status BindMlp(Binder& b, const std::string& p, int64_t D, int64_t I, MlpWeights* w,
+               const MlpNames& n = kProjNames) {
+  GYRE_RETURN_IF_ERROR(b.Mat(p + n.gate, I, D, &w->gate));
+  GYRE_RETURN_IF_ERROR(b.Mat(p + n.up, I, D, &w->up));
+  return b.Mat(p + n.down, D, I, &w->down);
 }
 
 Status BindMoe(Binder& b, const std::string& p, const ModelConfig& c, MoeWeights* w) {
@@ -125,7 +138,8 @@ Status BindMoe(Binder& b, const std::string& p, const ModelConfig& c, MoeWeights
   GYRE_RETURN_IF_ERROR(b.Vec(p + "gate.e_score_correction_bias", E, &w->bias, true));
   w->experts.resize(E);
   for (int64_t e = 0; e < E; ++e) {
-    GYRE_RETURN_IF_ERROR(BindMlp(b, p + "experts." + std::to_string(e) + ".", D, I, &w->experts[e]));
+    GYRE_RETURN_IF_ERROR(BindMlp(b, p + "experts." + std::to_string(e) + ".", D, I, &w->experts[e],
+                                 c.model_type == ModelType::kKimiLinear ? kKimiExpertNames : kProjNames));
   }
   w->has_shared = c.n_shared_experts > 0;
   if (w->has_shared) GYRE_RETURN_IF_ERROR(BindMlp(b, p + "shared_experts.", D, I * c.n_shared_experts, &w->shared));
@@ -199,8 +213,8 @@ Result<ModelWeights> BindWeightsFrom(const ModelConfig& c, TensorSource& src, co
                         L.attn == AttnKind::kDsa && c.indexer_types[i] == IndexerKind::kFull, &L.mla);
     }
     if (s.ok()) {
-      s = L.mlp == MlpKind::kDense ? BindMlp(b, p + "mlp.", D, c.intermediate_size, &L.dense)
-                                   : BindMoe(b, p + MoePrefix(c), c, &L.moe);
+      s = L.mlp == MlpKind::kDense ? BindMlp(b, p + FfnPrefix(c), D, c.intermediate_size, &L.dense)
+                                   : BindMoe(b, p + FfnPrefix(c), c, &L.moe);
     }
     if (!s.ok()) return s.WithContext("layer " + std::to_string(i) + " (" + AttnKindName(L.attn) + ")");
   }
