@@ -1,2 +1,122 @@
 #!/usr/bin/env bash
-echo "cli contracts: not yet"; exit 0
+# CLI contract tests: drive the real `gyre` binary on the bundled fixtures and check the output
+# formats other tools depend on, and that bad input gives a clear error and a non-zero exit.
+# Usage: tests/cli_contracts.sh PATH/TO/gyre SOURCE_DIR
+set -u
+GYRE=$1
+SRC=$2
+FX=$SRC/tests/fixtures
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+pass() { echo "ok   - $1"; }
+fail() { echo "FAIL - $1"; fails=$((fails + 1)); }
+
+# expect_fail NAME EXPECTED_RC PATTERN -- command...
+expect_fail() {
+  local name=$1 want_rc=$2 pattern=$3
+  shift 4
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ "$rc" -ne "$want_rc" ]; then fail "$name: exit $rc, want $want_rc ($(head -c 300 "$TMP/err"))"; return; fi
+  if ! grep -q -- "$pattern" "$TMP/err"; then fail "$name: stderr lacks '$pattern': $(head -c 300 "$TMP/err")"; return; fi
+  pass "$name"
+}
+
+# generate --json with ids
+out=$("$GYRE" generate --model "$FX/glm5_tiny" --ids 5,6,7,8 --max-tokens 6 --json) || fail "generate --ids --json exit"
+python3 - "$out" <<'PY' && pass "generate --json shape" || fail "generate --json shape: $out"
+import json, sys
+o = json.loads(sys.argv[1])
+assert isinstance(o["ids"], list) and 1 <= len(o["ids"]) <= 6 and all(isinstance(i, int) for i in o["ids"])
+assert isinstance(o["text"], str)
+PY
+# generate without a tokenizer: no "text"
+out=$("$GYRE" generate --model "$FX/kimi_tiny" --ids 5,6,7 --max-tokens 3 --json) || fail "generate kimi exit"
+python3 -c 'import json,sys; o=json.loads(sys.argv[1]); assert "text" not in o and len(o["ids"])>=1' "$out" \
+  && pass "generate --json without tokenizer has no text" || fail "generate without tokenizer: $out"
+# generate streams text and is deterministic for a seed
+a=$("$GYRE" generate --model "$FX/glm5_tiny" --prompt "Hello world" --max-tokens 8 --temperature 0.8 --seed 3)
+b=$("$GYRE" generate --model "$FX/glm5_tiny" --prompt "Hello world" --max-tokens 8 --temperature 0.8 --seed 3)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "generate stream deterministic for a seed" || fail "generate stream: '$a' vs '$b'"
+
+# forward: [T, vocab] float32 LE equal to the golden logits
+python3 - "$FX/glm5_tiny/golden_fp32.safetensors" >"$TMP/ids" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); o = h["input_ids"]["data_offsets"]
+ids = struct.unpack("<%di" % ((o[1] - o[0]) // 4), b[8 + n + o[0]:8 + n + o[1]])
+print(",".join(map(str, ids)))
+PY
+if "$GYRE" forward --model "$FX/glm5_tiny" --ids "$(cat "$TMP/ids")" --logits-out "$TMP/logits.bin" 2>/dev/null; then
+  python3 - "$FX/glm5_tiny/golden_fp32.safetensors" "$TMP/logits.bin" <<'PY' && pass "forward logits file = golden (rel-L2 < 1e-3)" || fail "forward logits differ"
+import json, math, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); e = h["logits"]; o = e["data_offsets"]
+ref = struct.unpack("<%df" % (e["shape"][0] * e["shape"][1]), b[8 + n + o[0]:8 + n + o[1]])
+got = open(sys.argv[2], "rb").read()
+assert len(got) == 4 * len(ref), (len(got), len(ref))
+got = struct.unpack("<%df" % len(ref), got)
+num = math.sqrt(sum((x - y) ** 2 for x, y in zip(got, ref))); den = math.sqrt(sum(y * y for y in ref))
+assert num / den < 1e-3, num / den
+PY
+else
+  fail "forward exit"
+fi
+
+# tokenize round trip, incl. CJK, emoji and a special token
+printf 'Hello 世界 👋🏽 <|user|> x' >"$TMP/text"
+ids=$("$GYRE" tokenize --tokenizer "$FX/tokenizer" <"$TMP/text") || fail "tokenize exit"
+text=$(echo "$ids" | "$GYRE" tokenize --tokenizer "$FX/tokenizer/tokenizer.json" --decode) || fail "decode exit"
+python3 -c 'import json,sys; t=json.loads(sys.argv[1])["text"]; assert t==open(sys.argv[2]).read(), t' "$text" "$TMP/text" \
+  && pass "tokenize/decode round trip" || fail "round trip: $ids -> $text"
+
+# inspect
+"$GYRE" inspect --model "$FX/glm5_tiny" >"$TMP/inspect" && grep -q "6 KDA, 2 DSA" "$TMP/inspect" \
+  && grep -q "bytes per token" "$TMP/inspect" && grep -q "bytes per sequence" "$TMP/inspect" \
+  && pass "inspect" || fail "inspect: $(cat "$TMP/inspect")"
+"$GYRE" inspect --model "$FX/kimi_tiny" --json | python3 -c 'import json,sys; o=json.load(sys.stdin); assert o["layers_by_kind"]["mla"]==1 and o["params_active_per_token"]<o["params_total"]' \
+  && pass "inspect --json" || fail "inspect --json"
+
+# ---- bad input: clear error, non-zero exit ----
+expect_fail "missing model folder" 1 "config.json" -- "$GYRE" generate --model "$TMP/nope" --ids 1
+cp -r "$FX/kimi_tiny" "$TMP/trunc"
+head -c 100000 "$FX/kimi_tiny/model.safetensors" >"$TMP/trunc/model.safetensors"
+expect_fail "truncated safetensors" 1 "model.safetensors" -- "$GYRE" generate --model "$TMP/trunc" --ids 1
+cp -r "$FX/kimi_tiny" "$TMP/corrupt"
+printf '\xff\xff\xff\xff\xff\xff\xff\x7f{garbage' >"$TMP/corrupt/model.safetensors"
+expect_fail "corrupt safetensors header" 1 "header" -- "$GYRE" inspect --model "$TMP/corrupt"
+cp -r "$FX/kimi_tiny" "$TMP/missing"
+python3 - "$TMP/missing/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+h["model.layers.2.self_attn.renamed.weight"] = h.pop("model.layers.2.self_attn.o_proj.weight")
+hs = json.dumps(h).encode(); hs += b" " * ((8 - len(hs) % 8) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hs)) + hs + b[8 + n:])
+PY
+expect_fail "missing tensor is named" 1 "model.layers.2.self_attn.o_proj.weight" -- "$GYRE" generate --model "$TMP/missing" --ids 1
+cp -r "$FX/kimi_tiny" "$TMP/shape"
+sed -i 's/"intermediate_size": 128/"intermediate_size": 96/' "$TMP/shape/config.json"
+expect_fail "shape mismatch names tensor, expected, found" 1 "expected shape \[96, 64\], found \[128, 64\]" -- "$GYRE" inspect --model "$TMP/shape"
+cp -r "$FX/kimi_tiny" "$TMP/mtype"
+sed -i 's/"model_type": "kimi_linear"/"model_type": "llama"/' "$TMP/mtype/config.json"
+expect_fail "unsupported model_type" 1 "unsupported model_type 'llama'" -- "$GYRE" inspect --model "$TMP/mtype"
+cp -r "$FX/kimi_tiny" "$TMP/dtype"
+python3 - "$TMP/dtype/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+e = h["model.norm.weight"]; e["dtype"] = "I16"
+hs = json.dumps(h).encode(); hs += b" " * ((8 - len(hs) % 8) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hs)) + hs + b[8 + n:])
+PY
+expect_fail "unsupported dtype" 1 "unsupported dtype I16" -- "$GYRE" inspect --model "$TMP/dtype"
+expect_fail "id out of vocabulary" 1 "outside the vocabulary" -- "$GYRE" generate --model "$FX/kimi_tiny" --ids 1,5000
+expect_fail "non-integer id" 1 "not an integer" -- "$GYRE" forward --model "$FX/kimi_tiny" --ids 1,x --logits-out "$TMP/x"
+expect_fail "empty prompt" 2 "required" -- "$GYRE" generate --model "$FX/glm5_tiny" --prompt ""
+expect_fail "usage error" 2 "" -- "$GYRE" generate
+expect_fail "decode bad json" 1 "not valid JSON" -- sh -c "echo '{oops' | '$GYRE' tokenize --tokenizer '$FX/tokenizer' --decode"
+expect_fail "decode id out of range" 1 "" -- sh -c "echo '{\"ids\": [99999]}' | '$GYRE' tokenize --tokenizer '$FX/tokenizer' --decode"
+expect_fail "missing tokenizer" 1 "" -- sh -c "echo hi | '$GYRE' tokenize --tokenizer '$TMP/none.json'"
+
+echo "cli contracts: $fails failure(s)"
+[ "$fails" -eq 0 ]

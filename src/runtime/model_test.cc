@@ -179,3 +179,19 @@ TEST(Generate, StopsOnStopIdAndEos) {
 
 }  // namespace
 }  // namespace gyre
+
+namespace gyre {
+namespace {
+TEST(Summarize, DefaultGlm5MatchesDocumentedCounts) {
+  // docs/model-glm5-next.md §1.5: 313,326,816,766 text parameters, 17,376,726,526 active per token;
+  // DSA cache 1538 B/token/layer reference packing minus the flag = 1536; KDA 4 MiB state per layer.
+  auto c = ParseModelConfig(R"({"model_type": "glm5_next"})");
+  ASSERT_TRUE(c.ok());
+  const ModelSummary s = Summarize(*c);
+  EXPECT_EQ(s.params_total, 313326816766);
+  EXPECT_EQ(s.params_active, 17376726526);
+  EXPECT_EQ(s.attn_cache_bytes_per_token, 11 * 1536);
+  EXPECT_EQ(s.kda_state_bytes_per_sequence, 34 * (4 * 1024 * 1024 + 3 * 24576 * 2));
+}
+}  // namespace
+}  // namespace gyre
