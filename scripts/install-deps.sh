@@ -4,11 +4,14 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
-      clang libclang-rt-14-dev python3)
+      clang libclang-rt-14-dev python3 libboost1.81-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js + npm (integration tests drive the server with the official `openai` npm client). Some
+# machines carry a nodesource nodejs that bundles npm and conflicts with Debian's npm package.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#pkgs[@]} packages present"
   exit 0

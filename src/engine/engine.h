@@ -1,0 +1,99 @@
+// Engine: continuous batching over one Model. Requests are submitted from any thread; one engine
+// thread owns the scheduler, the two memory pools (paged DSA/MLA latent cache, KDA state slots)
+// and runs Model::Forward steps that mix prefill chunks and decodes.
+//
+// Lifecycle: Create → Start → Submit/Cancel … → Stop (idempotent; cancels what is in flight and
+// waits until every request has reached its terminal event).
+//
+// Every submitted request ends with exactly one terminal call, RequestSink::OnFinish, after zero
+// or more OnToken calls. Sinks are called on the engine thread and must not block (the HTTP layer
+// hands them to its own executor).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "ops/sampling.h"
+
+namespace gyre {
+
+class Model;
+
+using RequestId = int64_t;
+
+struct RequestParams {
+  std::vector<int32_t> prompt;          // REQUIRED non-empty, ids < vocab
+  int64_t max_tokens = 16;              // >= 1
+  ops::SamplingParams sampling;         // temperature 0 → greedy; sampling.seed per request
+  std::vector<int32_t> stop_ids;        // in addition to the model's EOS ids
+  bool ignore_eos = false;
+  int32_t top_logprobs = 0;             // 0..20: alternatives reported per token (logprob always reported)
+};
+
+struct TokenEvent {
+  int32_t id = 0;
+  float logprob = 0;                                 // log-softmax of the sampled token (temperature 1)
+  std::vector<std::pair<int32_t, float>> top;        // top_logprobs alternatives, best first
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  virtual void OnToken(const TokenEvent& ev) = 0;
+  // Terminal: called exactly once. `status` is OK unless reason == kError.
+  virtual void OnFinish(FinishReason reason, const Status& status, const Usage& usage) = 0;
+};
+
+struct EngineOptions {
+  int64_t max_num_seqs = 16;             // concurrent running sequences = KDA state slots
+  int64_t kv_page_tokens = 16;           // tokens per DSA/MLA latent-cache page
+  int64_t kv_memory_bytes = 256 << 20;   // budget of the paged latent cache (all layers)
+  int64_t max_num_batched_tokens = 256;  // per-step token budget (prefill chunks + decodes)
+  int64_t max_waiting = 256;             // queue bound; beyond it Submit returns ResourceExhausted
+  int64_t max_model_len = 0;             // 0: derived from the KV budget
+};
+
+// Point-in-time counters for /metrics and `gyre inspect`.
+struct EngineStats {
+  int64_t num_running = 0, num_waiting = 0;
+  int64_t kv_pages_total = 0, kv_pages_used = 0;
+  int64_t kda_slots_total = 0, kda_slots_used = 0;
+  int64_t kv_bytes_per_page = 0, kda_bytes_per_slot = 0;
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  int64_t requests_finished = 0;
+  int64_t max_model_len = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Errors: InvalidArgument for inconsistent options; ResourceExhausted if the budget cannot
+  // hold even one maximal sequence page set.
+  static Result<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& opts);
+
+  virtual Status Start() = 0;
+  virtual void Stop() = 0;
+
+  // Queues a request. Errors (nothing queued, sink not called): InvalidArgument (empty prompt,
+  // id out of range, bad sampling, prompt + max_tokens > max_model_len — the message gives the
+  // numbers), ResourceExhausted (queue full: retry later), Unavailable (engine stopped).
+  virtual Result<RequestId> Submit(RequestParams params, std::shared_ptr<RequestSink> sink) = 0;
+  // Best effort: the request finishes with kCancelled at the next step if it has not finished.
+  virtual void Cancel(RequestId id) = 0;
+
+  virtual EngineStats Stats() const = 0;
+  virtual const Model& model() const = 0;
+};
+
+}  // namespace gyre
