@@ -7,7 +7,7 @@
 
 namespace gyre::ops {
 
-void MlaAttention(const float* q, int64_t s, int64_t pos0, const float* latent, const float* krot,
+void MlaAttention(const float* q, int64_t s, int64_t pos0, const RowView& latent, const RowView& krot,
                   const Matrix& kv_b, MlaShape sh, const Selection& sel, float* out, const Numerics& num) {
   const int64_t H = sh.num_heads, L = sh.kv_lora, qd = sh.nope + sh.rope, blk = sh.nope + sh.v;
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -24,7 +24,6 @@ void MlaAttention(const float* q, int64_t s, int64_t pos0, const float* latent, 
       const int64_t pos = pos0 + i;
       const int32_t* idx = nullptr;
       int64_t n = 0;
-      std::vector<int32_t> causal_idx;
       if (sel.causal) {
         n = pos + 1;
       } else {
@@ -35,11 +34,11 @@ void MlaAttention(const float* q, int64_t s, int64_t pos0, const float* latent, 
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t jj = 0; jj < n; ++jj) {
         const int64_t j = idx ? idx[jj] : jj;
-        const float* c = latent + j * L;
+        const float* c = latent.Row(j);
         float a = 0;
         for (int64_t l = 0; l < L; ++l) a += qlat[l] * c[l];
         if (sh.rope > 0) {
-          const float* kr = krot + j * sh.rope;
+          const float* kr = krot.Row(j);
           for (int64_t r = 0; r < sh.rope; ++r) a += qh[sh.nope + r] * kr[r];
         }
         sc[jj] = a * sh.scale;
@@ -58,7 +57,7 @@ void MlaAttention(const float* q, int64_t s, int64_t pos0, const float* latent, 
       for (int64_t jj = 0; jj < n; ++jj) {
         const int64_t j = idx ? idx[jj] : jj;
         const float p = static_cast<float>(sc[jj] / den);
-        const float* c = latent + j * L;
+        const float* c = latent.Row(j);
         for (int64_t l = 0; l < L; ++l) olat[l] += p * c[l];
       }
       for (int64_t x = 0; x < sh.v; ++x) {

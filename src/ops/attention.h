@@ -23,17 +23,32 @@ struct Selection {
   std::vector<int32_t> indices;  // key positions, ascending per query, no duplicates
 };
 
+// Token rows of one cached tensor, contiguous or paged: row j lives at
+// base + (pages[j / page_tokens] * page_tokens + j % page_tokens) * row_stride + offset
+// (contiguous when pages is null: base + j * row_stride + offset).
+struct RowView {
+  const float* base = nullptr;
+  const int32_t* pages = nullptr;
+  int64_t page_tokens = 1;
+  int64_t row_stride = 0;
+  int64_t offset = 0;
+  const float* Row(int64_t j) const {
+    if (!pages) return base + j * row_stride + offset;
+    return base + (static_cast<int64_t>(pages[j / page_tokens]) * page_tokens + j % page_tokens) * row_stride + offset;
+  }
+};
+
 struct MlaShape {
   int64_t num_heads = 0, nope = 0, rope = 0, v = 0, kv_lora = 0;
   float scale = 1.0f;  // qk_head_dim^{-1/2}
 };
 
 // q      [S, H, nope + rope]       queries of the S new tokens (absolute positions pos0 ...)
-// latent [T, kv_lora]              cached c for every position (T >= pos0 + S)
-// krot   [T, rope], may be null when rope == 0
+// latent rows [T, kv_lora]         cached c for every position (T >= pos0 + S)
+// krot   rows [T, rope]            unused when rope == 0
 // kv_b   [H*(nope+v), kv_lora]     kv_b_proj weight
 // out    [S, H*v]                  rounded by `num`
-void MlaAttention(const float* q, int64_t s, int64_t pos0, const float* latent, const float* krot,
+void MlaAttention(const float* q, int64_t s, int64_t pos0, const RowView& latent, const RowView& krot,
                   const Matrix& kv_b, MlaShape shape, const Selection& sel, float* out, const Numerics& num);
 
 struct IndexerShape {

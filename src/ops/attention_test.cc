@@ -77,7 +77,8 @@ TEST(MlaAttention, AbsorbedEqualsExpandedReference) {
     for (auto& x : *v) x = n(rng);
   Selection sel;  // causal
   std::vector<float> out(S * 3 * 6, NAN);
-  MlaAttention(q.data(), S, pos0, lat.data(), kr.data(), kvb, sh, sel, out.data(), Numerics{});
+  const RowView lat_rows{lat.data(), nullptr, 1, 5, 0}, kr_rows{kr.data(), nullptr, 1, 4, 0};
+  MlaAttention(q.data(), S, pos0, lat_rows, kr_rows, kvb, sh, sel, out.data(), Numerics{});
   // Naive: expand K = [W_UK c | k_rot], V = W_UV c, causal softmax.
   for (int64_t i = 0; i < S; ++i) {
     for (int64_t h = 0; h < 3; ++h) {

@@ -72,6 +72,12 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
     }
     st.offsets.push_back(static_cast<int64_t>(ids.size()));
   }
+  // Pages for the new tokens first, so a failure leaves every sequence untouched.
+  for (size_t b = 0; b < batch.size(); ++b) {
+    SequenceState& s = *batch[b].state;
+    Status r = s.Reserve(s.num_tokens + static_cast<int64_t>(batch[b].ids.size()));
+    if (!r.ok()) return r.WithContext("sequence " + std::to_string(b));
+  }
   const int64_t N = st.n = static_cast<int64_t>(ids.size());
   st.last_selection.resize(batch.size());
   GYRE_SPAN("forward", "step", trace::Attrs{.tokens = N, .detail = "seqs=" + std::to_string(batch.size())});
@@ -211,11 +217,10 @@ void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const 
   std::vector<float> o(N * P);
   for (size_t b = 0; b < st.batch.size(); ++b) {
     SequenceState& s = *st.batch[b].state;
-    KdaLayerState& ks = s.kda[layer];
     const int64_t t0 = st.offsets[b], T = st.offsets[b + 1] - t0;
     {
       GYRE_SPAN("kda.conv", "op", trace::Attrs{.layer = layer, .tokens = T});
-      ops::CausalConv1dSilu(&u[t0 * 3 * P], T, 3 * P, w.conv.data.data(), c.linear_conv_kernel_dim, ks.conv.data(),
+      ops::CausalConv1dSilu(&u[t0 * 3 * P], T, 3 * P, w.conv.data.data(), c.linear_conv_kernel_dim, s.KdaConv(layer),
                             &conv[t0 * 3 * P], num_);
     }
     std::vector<float> q(T * P), k(T * P), v(T * P);
@@ -228,11 +233,11 @@ void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const 
     const int64_t state_bytes = H * K * K * 4 * 2;  // read + write of the fp32 state
     if (decode) {
       GYRE_SPAN("kda.recurrent", "op", trace::Attrs{.layer = layer, .tokens = T, .bytes = state_bytes});
-      ops::KdaRecurrent(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, ks.recurrent.data(),
+      ops::KdaRecurrent(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, s.KdaRecurrent(layer),
                         &o[t0 * P]);
     } else {
       GYRE_SPAN("kda.chunk", "op", trace::Attrs{.layer = layer, .tokens = T, .bytes = state_bytes});
-      ops::KdaChunked(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, ks.recurrent.data(),
+      ops::KdaChunked(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, s.KdaRecurrent(layer),
                       &o[t0 * P]);
     }
   }
@@ -293,30 +298,39 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
   std::vector<float> attn(N * H * c.v_head_dim);
   for (size_t b = 0; b < st.batch.size(); ++b) {
     SequenceState& s = *st.batch[b].state;
-    AttnLayerState& as = s.attn[layer];
+    const AttnRowLayout& lay = s.layout();
     const int64_t t0 = st.offsets[b], T = st.offsets[b + 1] - t0, pos0 = s.num_tokens;
-    as.latent.insert(as.latent.end(), latent.begin() + t0 * R, latent.begin() + (t0 + T) * R);
-    for (int64_t i = 0; i < T && rope > 0; ++i) {
-      const float* kr = &ckv[(t0 + i) * (R + rope) + R];
-      as.krot.insert(as.krot.end(), kr, kr + rope);
+    // Write this step's rows into the sequence's pages.
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = s.AttnRow(pos0 + i);
+      std::memcpy(row + lay.latent[layer], &latent[(t0 + i) * R], R * sizeof(float));
+      if (rope > 0) std::memcpy(row + lay.krot[layer], &ckv[(t0 + i) * (R + rope) + R], rope * sizeof(float));
+      if (dsa && w.has_indexer) {
+        std::memcpy(row + lay.idx_k[layer], &ki[(t0 + i) * di], di * sizeof(float));
+        std::memcpy(row + lay.idx_gamma[layer], &gamma[(t0 + i) * di], di * sizeof(float));
+      }
     }
     ops::Selection sel;
     if (!dsa) {
       sel.causal = true;
     } else if (w.has_indexer) {
       GYRE_SPAN("dsa.indexer.select", "op", trace::Attrs{.layer = layer, .tokens = T});
-      as.idx_k.insert(as.idx_k.end(), ki.begin() + t0 * di, ki.begin() + (t0 + T) * di);
-      as.idx_gamma.insert(as.idx_gamma.end(), gamma.begin() + t0 * di, gamma.begin() + (t0 + T) * di);
       const int64_t m = c.index_kpool, total = pos0 + T;
-      while ((as.num_pools + 1) * m <= total) {  // pools completed by this step: pooled key once
-        const int64_t p0 = as.num_pools * m;
-        as.pool_keys.resize((as.num_pools + 1) * di);
-        ops::PoolKey(&as.idx_k[p0 * di], &as.idx_gamma[p0 * di], w.indexer.ape.data.data(), m, di,
-                     &as.pool_keys[as.num_pools * di], num_);
-        ++as.num_pools;
+      std::vector<float>& pk = s.pool_keys[layer];
+      int64_t& np = s.num_pools[layer];
+      std::vector<float> kbuf(m * di), gbuf(m * di);
+      while ((np + 1) * m <= total) {  // pools completed by this step: pooled key computed once
+        for (int64_t r = 0; r < m; ++r) {
+          const float* row = s.AttnRow(np * m + r);
+          std::memcpy(&kbuf[r * di], row + lay.idx_k[layer], di * sizeof(float));
+          std::memcpy(&gbuf[r * di], row + lay.idx_gamma[layer], di * sizeof(float));
+        }
+        pk.resize((np + 1) * di);
+        ops::PoolKey(kbuf.data(), gbuf.data(), w.indexer.ape.data.data(), m, di, &pk[np * di], num_);
+        ++np;
       }
       ops::IndexerShape is{Hi, di, m, c.index_topk, c.index_kpool_always_select_tail};
-      ops::IndexerSelect(&qi[t0 * Hi * di], &wts[t0 * Hi], T, pos0, as.pool_keys.data(), as.num_pools, is, &sel);
+      ops::IndexerSelect(&qi[t0 * Hi * di], &wts[t0 * Hi], T, pos0, pk.data(), np, is, &sel);
       st.last_selection[b] = sel;
     } else {
       // "shared" layer: reuse the selection of the most recent full DSA layer in this step. The
@@ -325,8 +339,8 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
       sel = st.last_selection[b];
     }
     GYRE_SPAN("mla.attn", "op", trace::Attrs{.layer = layer, .tokens = T, .detail = "ctx=" + std::to_string(pos0 + T)});
-    ops::MlaAttention(&q[t0 * H * qk], T, pos0, as.latent.data(), rope > 0 ? as.krot.data() : nullptr, w.kv_b, ms,
-                      sel, &attn[t0 * H * c.v_head_dim], num_);
+    ops::MlaAttention(&q[t0 * H * qk], T, pos0, s.View(lay.latent[layer]), s.View(std::max<int64_t>(lay.krot[layer], 0)),
+                      w.kv_b, ms, sel, &attn[t0 * H * c.v_head_dim], num_);
   }
   GYRE_SPAN("mla.out", "op", trace::Attrs{.layer = layer, .tokens = N});
   ops::Linear(attn.data(), N, w.o, out, num_);

@@ -1,48 +1,69 @@
-// SequenceState: everything one sequence carries between forward steps.
+// SequenceState: everything one sequence carries between forward steps, held in the engine's two
+// pools (runtime/memory_pools.h): a page table into the KvPagePool for the DSA/MLA per-token rows
+// (latent c, k_rot, indexer k_I and γ) and one KdaSlotPool slot for the KDA conv tails and fp32
+// recurrent states. The pooled indexer keys of completed pools (one row per m tokens) are kept
+// per sequence.
 //
-// KDA layers: the last W-1 pre-conv inputs (conv tail) and the fp32 recurrent state [H, K, V]
-// (K-first) — constant size. DSA / MLA layers: the latent c [T, kv_lora] (+ the shared k_rot
-// [T, rope] for kimi_linear), and for indexer layers the indexer keys k_I [T, d], pool gate logits
-// γ [T, d] and the pooled keys of completed pools [P, d] (computed once per pool).
-//
-// Thread safety: owned by one sequence; a forward step mutates it. Not copyable by accident.
+// A standalone sequence (Model::NewSequence) owns small growable pools; an engine sequence
+// borrows the engine's pools. The destructor returns pages and the slot to their pools.
+// Thread safety: owned by one sequence; a forward step mutates it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
+#include "ops/attention.h"
+#include "runtime/memory_pools.h"
 
 namespace gyre {
 
-struct KdaLayerState {
-  std::vector<float> conv;       // [W-1, 3P]
-  std::vector<float> recurrent;  // [H, K, V]
-};
-
-struct AttnLayerState {
-  std::vector<float> latent;     // [T, kv_lora]
-  std::vector<float> krot;       // [T, rope]
-  std::vector<float> idx_k;      // [T, d]
-  std::vector<float> idx_gamma;  // [T, d]
-  std::vector<float> pool_keys;  // [P, d]
-  int64_t num_pools = 0;
-};
-
-struct SequenceState {
+class SequenceState {
+ public:
+  // Standalone: private growable pools.
   explicit SequenceState(const ModelConfig& c);
-  SequenceState(SequenceState&&) = default;
-  SequenceState& operator=(SequenceState&&) = default;
+  // Borrows `kv` and `kda`; takes one KDA slot (ResourceExhausted when none is free).
+  static Result<std::unique_ptr<SequenceState>> Create(const ModelConfig& c, KvPagePool* kv, KdaSlotPool* kda);
+  ~SequenceState();
+  SequenceState(SequenceState&&) noexcept;
+  SequenceState& operator=(SequenceState&&) = delete;
   SequenceState(const SequenceState&) = delete;
   SequenceState& operator=(const SequenceState&) = delete;
 
-  int64_t num_tokens = 0;             // tokens already processed
-  std::vector<KdaLayerState> kda;     // per layer (empty for non-KDA layers)
-  std::vector<AttnLayerState> attn;   // per layer (empty for KDA layers)
+  int64_t num_tokens = 0;  // tokens already processed
 
-  // Bytes held now: KDA state (constant) and attention cache (grows with num_tokens).
-  int64_t KdaBytes() const;
-  int64_t AttnBytes() const;
+  // Pages needed to hold `total_tokens` tokens, and how many more than held now.
+  int64_t PagesFor(int64_t total_tokens) const;
+  int64_t ExtraPagesFor(int64_t total_tokens) const;
+  // Ensures pages for `total_tokens` tokens. ResourceExhausted (nothing allocated) if the pool
+  // cannot supply them.
+  Status Reserve(int64_t total_tokens);
+  int64_t num_pages() const { return static_cast<int64_t>(pages_.size()); }
+
+  // Row of token `j` (writable) and read views for layer parts.
+  float* AttnRow(int64_t j) { return kv_->Row(pages_[j / kv_->page_tokens()], j % kv_->page_tokens()); }
+  ops::RowView View(int64_t part_offset) const {
+    return {kv_->data(), pages_.data(), kv_->page_tokens(), kv_->layout().row_floats, part_offset};
+  }
+  const AttnRowLayout& layout() const { return kv_->layout(); }
+  float* KdaConv(int64_t layer) { return kda_->Conv(slot_, layer); }
+  float* KdaRecurrent(int64_t layer) { return kda_->Recurrent(slot_, layer); }
+
+  // Pooled indexer keys per layer: [num_pools, d].
+  std::vector<std::vector<float>> pool_keys;
+  std::vector<int64_t> num_pools;
+
+ private:
+  SequenceState(const ModelConfig& c, KvPagePool* kv, KdaSlotPool* kda, SlotId slot);
+  void ReleaseAll();
+
+  std::unique_ptr<KvPagePool> own_kv_;
+  std::unique_ptr<KdaSlotPool> own_kda_;
+  KvPagePool* kv_ = nullptr;
+  KdaSlotPool* kda_ = nullptr;
+  SlotId slot_ = -1;
+  std::vector<PageId> pages_;
 };
 
 }  // namespace gyre
