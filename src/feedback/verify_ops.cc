@@ -1,0 +1,87 @@
+#include "feedback/verify_ops.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace gyre::feedback {
+
+int VerifyOpsReport::num_failed() const {
+  int n = 0;
+  for (const auto& r : rows) n += !r.pass;
+  return n;
+}
+
+std::string VerifyOpsReport::Human() const {
+  std::string s;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "verify ops: seed %llu (reproduce with --seed %llu)\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  s += buf;
+  for (const auto& r : rows) {
+    if (!r.error.empty()) {
+      std::snprintf(buf, sizeof buf, "  FAIL %-16s %-34s %s\n", r.op.c_str(), r.shape.c_str(), r.error.c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "  %s %-16s %-34s rel-L2 %.2e (tol %.0e) max-abs %.2e worst@%lld%s%s\n",
+                    r.pass ? "ok  " : "FAIL", r.op.c_str(), r.shape.c_str(), r.rel_l2, r.tolerance, r.max_abs,
+                    static_cast<long long>(r.worst_index),
+                    r.num_unwritten ? (" UNWRITTEN " + std::to_string(r.num_unwritten)).c_str() : "",
+                    r.note.empty() ? "" : ("  [" + r.note + "]").c_str());
+    }
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%zu checks, %d failed\n", rows.size(), num_failed());
+  return s + buf;
+}
+
+nlohmann::json VerifyOpsReport::Json() const {
+  nlohmann::json j;
+  j["seed"] = seed;
+  j["failed"] = num_failed();
+  j["checks"] = nlohmann::json::array();
+  for (const auto& r : rows) {
+    j["checks"].push_back({{"op", r.op},
+                           {"shape", r.shape},
+                           {"backend", r.backend},
+                           {"tolerance_class", r.tolerance_class},
+                           {"tolerance", r.tolerance},
+                           {"rel_l2", std::isfinite(r.rel_l2) ? nlohmann::json(r.rel_l2) : nlohmann::json("inf")},
+                           {"max_abs", std::isfinite(r.max_abs) ? nlohmann::json(r.max_abs) : nlohmann::json("inf")},
+                           {"worst_index", r.worst_index},
+                           {"num_outputs", r.num_outputs},
+                           {"num_unwritten", r.num_unwritten},
+                           {"pass", r.pass},
+                           {"error", r.error},
+                           {"note", r.note}});
+  }
+  return j;
+}
+
+VerifyOpsReport VerifyOps(const std::vector<ops::OpSpec>& list, const std::string& only, ops::Backend backend,
+                          uint64_t seed) {
+  VerifyOpsReport rep;
+  rep.seed = seed;
+  const auto& all = list.empty() ? ops::Registry() : list;
+  uint64_t k = 0;
+  for (const auto& op : all) {
+    if (!only.empty() && op.name != only) continue;
+    for (const auto& shape : op.shapes) {
+      OpCheckRow row{op.name, shape.label, ops::BackendName(backend), op.tolerance_class, op.tolerance};
+      auto r = op.check(shape, seed + 1000003 * (++k), backend);
+      if (!r.ok()) {
+        row.error = r.status().ToString();
+      } else {
+        row.rel_l2 = r->diff.rel_l2;
+        row.max_abs = r->diff.max_abs;
+        row.worst_index = r->diff.worst_index;
+        row.num_outputs = r->num_outputs;
+        row.num_unwritten = r->num_unwritten;
+        row.note = r->note;
+        row.pass = r->num_unwritten == 0 && std::isfinite(row.rel_l2) && row.rel_l2 <= op.tolerance;
+      }
+      rep.rows.push_back(row);
+    }
+  }
+  return rep;
+}
+
+}  // namespace gyre::feedback

@@ -1,0 +1,532 @@
+// Op registry. Sections: helpers (random inputs, generic check/prepare); one struct per op (inputs,
+// CPU backend, reference, cost); specs (the registry table).
+#include "ops/registry.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include "ops/attention.h"
+#include "ops/hyper_connection.h"
+#include "ops/kda.h"
+#include "ops/moe.h"
+#include "ops/reference.h"
+
+namespace gyre::ops {
+
+const char* BackendName(Backend b) { return b == Backend::kCpu ? "cpu" : "cuda"; }
+
+namespace {
+
+// ---- helpers -------------------------------------------------------------------------------------
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Rng {
+  explicit Rng(uint64_t seed) : g(seed) {}
+  std::vector<float> Normal(int64_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(g);
+    return v;
+  }
+  std::vector<float> Uniform(int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(g);
+    return v;
+  }
+  std::mt19937_64 g;
+};
+
+Matrix Mat(std::vector<float> data, int64_t rows, int64_t cols) { return Matrix{std::move(data), rows, cols}; }
+
+CheckResult CompareOut(const std::vector<float>& out, const ref::Vec& want) {
+  CheckResult r;
+  r.num_outputs = static_cast<int64_t>(out.size());
+  for (float v : out) r.num_unwritten += std::isnan(v);
+  std::vector<float> wf(want.begin(), want.end());
+  r.diff = Compare(out, wf);
+  return r;
+}
+
+std::string Label(const std::map<std::string, int64_t>& dims) {
+  std::ostringstream ss;
+  bool first = true;
+  for (const auto& [k, v] : dims) {
+    ss << (first ? "" : " ") << k << "=" << v;
+    first = false;
+  }
+  return ss.str();
+}
+
+OpShape S(std::map<std::string, int64_t> dims) { return OpShape{Label(dims), std::move(dims)}; }
+
+// Each op struct provides: Inputs Make(dims, seed); void Cpu(Inputs&, std::vector<float>* out);
+// ref::Vec Ref(const Inputs&); Cost CostOf(dims).
+template <typename Op>
+OpSpec MakeSpec(std::string name, std::string tol_class, double tol, std::vector<OpShape> shapes) {
+  OpSpec s;
+  s.name = std::move(name);
+  s.tolerance_class = std::move(tol_class);
+  s.tolerance = tol;
+  s.shapes = std::move(shapes);
+  s.cost = [](const OpShape& sh) { return Op::CostOf(sh.dims); };
+  s.check = [](const OpShape& sh, uint64_t seed, Backend b) -> Result<CheckResult> {
+    if (b != Backend::kCpu) return Status::Unimplemented("backend " + std::string(BackendName(b)) + " is not built");
+    auto in = Op::Make(sh.dims, seed);
+    std::vector<float> out;
+    Op::Cpu(in, &out);
+    CheckResult r = CompareOut(out, Op::Ref(in));
+    r.note = Op::Note(in, out);
+    return r;
+  };
+  s.prepare = [](const OpShape& sh, uint64_t seed, Backend b, int rotate) -> Result<std::function<void()>> {
+    if (b != Backend::kCpu) return Status::Unimplemented("backend " + std::string(BackendName(b)) + " is not built");
+    auto sets = std::make_shared<std::vector<typename Op::Inputs>>();
+    for (int i = 0; i < std::max(rotate, 1); ++i) sets->push_back(Op::Make(sh.dims, seed + i));
+    auto next = std::make_shared<size_t>(0);
+    auto out = std::make_shared<std::vector<float>>();
+    return std::function<void()>([sets, next, out] {
+      Op::Cpu((*sets)[*next], out.get());
+      *next = (*next + 1) % sets->size();
+    });
+  };
+  return s;
+}
+
+struct NoNote {
+  template <typename I>
+  static std::string Note(const I&, const std::vector<float>&) {
+    return "";
+  }
+};
+
+// ---- ops -----------------------------------------------------------------------------------------
+
+struct LinearOp : NoNote {
+  struct Inputs {
+    std::vector<float> x;
+    Matrix w;
+    int64_t n;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t n = d.at("N"), in = d.at("IN"), out = d.at("OUT");
+    return {r.Normal(n * in), Mat(r.Normal(out * in, 1.0f / std::sqrt(float(in))), out, in), n};
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.w.rows, kNaN);
+    Linear(in.x.data(), in.n, in.w, out->data(), Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::Linear(in.x, in.n, in.w.data, in.w.rows, in.w.cols); }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double n = d.at("N"), i = d.at("IN"), o = d.at("OUT");
+    return {2 * n * i * o, 4 * (n * i + i * o + n * o)};
+  }
+};
+
+struct RmsNormOp : NoNote {
+  struct Inputs {
+    std::vector<float> x, w;
+    int64_t n, d;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
+    Rng r(seed);
+    const int64_t n = dm.at("N"), d = dm.at("D");
+    return {r.Normal(n * d, 3.0f), r.Normal(d, 1.0f), n, d};
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.d, kNaN);
+    RmsNorm(in.x.data(), in.n, in.d, in.w, 1e-5f, out->data(), Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::RmsNorm(in.x, in.n, in.d, in.w, 1e-5); }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double n = d.at("N"), dd = d.at("D");
+    return {4 * n * dd, 4 * (2 * n * dd + dd)};
+  }
+};
+
+struct SwiGluOp : NoNote {
+  struct Inputs {
+    std::vector<float> g, u;
+    int64_t n, w;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t n = d.at("N"), w = d.at("W");
+    return {r.Normal(n * w, 8.0f), r.Normal(n * w, 8.0f), n, w};  // wide: exercises both clamps
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.w, kNaN);
+    SwiGlu(in.g.data(), in.w, in.u.data(), in.w, in.n, in.w, 10.0f, out->data(), Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::SwiGlu(in.g, in.u, 10.0); }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double e = double(d.at("N")) * d.at("W");
+    return {6 * e, 12 * e};
+  }
+};
+
+struct ConvOp : NoNote {
+  struct Inputs {
+    std::vector<float> x, w, state;
+    int64_t t, ch, width;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t t = d.at("T"), ch = d.at("C"), w = 4;
+    return {r.Normal(t * ch), r.Normal(ch * w, 0.5f), r.Normal((w - 1) * ch), t, ch, w};
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.ch, kNaN);
+    std::vector<float> st = in.state;
+    CausalConv1dSilu(in.x.data(), in.t, in.ch, in.w.data(), in.width, st.data(), out->data(), Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::Conv(in.x, in.t, in.ch, in.w, in.width, in.state); }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double e = double(d.at("T")) * d.at("C");
+    return {8 * e + 4 * e, 8 * e};
+  }
+};
+
+struct GateOp : NoNote {
+  struct Inputs {
+    std::vector<float> f, dt, alog;
+    int64_t t, h, k;
+    bool softplus;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t t = d.at("T"), h = d.at("H"), k = d.at("K");
+    Inputs in{r.Normal(t * h * k, 4.0f), r.Uniform(h * k, -2, 1), r.Uniform(h, 0, 2.7f), t, h, k, d.at("SOFTPLUS") != 0};
+    in.f[0] = 25.0f;  // exercises the z > 20 branch of softplus
+    return in;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.h * in.k, kNaN);
+    KdaGate(in.f.data(), in.t, {in.h, in.k}, in.dt, in.alog, in.softplus ? std::nullopt : std::optional<float>(-5.0f),
+            out->data());
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    return ref::Gate(in.f, in.t, in.h, in.k, in.dt, in.alog, in.softplus ? std::nullopt : std::optional<double>(-5.0));
+  }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double e = double(d.at("T")) * d.at("H") * d.at("K");
+    return {6 * e, 8 * e};
+  }
+};
+
+// Shared inputs for the KDA core forms.
+struct KdaInputs {
+  std::vector<float> q, k, v, g, beta, state;
+  int64_t t, h, dk;
+};
+KdaInputs MakeKda(const std::map<std::string, int64_t>& d, uint64_t seed) {
+  Rng r(seed);
+  const int64_t t = d.at("T"), h = d.at("H"), k = d.at("K"), P = h * k;
+  KdaInputs in{r.Normal(t * P), r.Normal(t * P), r.Normal(t * P), r.Uniform(t * P, -5.0f, 0.0f),
+               r.Uniform(t * h, 0.0f, 1.0f), r.Normal(h * k * k, 0.3f), t, h, k};
+  return in;
+}
+Cost KdaCost(const std::map<std::string, int64_t>& d) {
+  const double t = d.at("T"), h = d.at("H"), k = d.at("K");
+  // Recurrence: ~6 K·V flops per token and head; state read + written once per call.
+  return {6 * t * h * k * k, 4 * (4 * t * h * k + t * h) + 2 * 4 * h * k * k};
+}
+
+// Output rows followed by the final state, compared together.
+template <bool kChunked>
+struct KdaOp : NoNote {
+  using Inputs = KdaInputs;
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) { return MakeKda(d, seed); }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    const int64_t P = in.h * in.dk;
+    std::vector<float> st = in.state, o(in.t * P, kNaN);
+    if (kChunked) {
+      KdaChunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.t, {in.h, in.dk}, st.data(),
+                 o.data());
+    } else {
+      KdaRecurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.t, {in.h, in.dk}, st.data(),
+                   o.data());
+    }
+    *out = o;
+    out->insert(out->end(), st.begin(), st.end());
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    ref::Vec st(in.state.begin(), in.state.end());
+    ref::Vec o = ref::Kda(in.q, in.k, in.v, in.g, in.beta, in.t, in.h, in.dk, &st);
+    o.insert(o.end(), st.begin(), st.end());
+    return o;
+  }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) { return KdaCost(d); }
+};
+
+struct GatedNormOp : NoNote {
+  struct Inputs {
+    std::vector<float> o, z, w;
+    int64_t t, h, v;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t t = d.at("T"), h = d.at("H"), v = d.at("K");
+    return {r.Normal(t * h * v), r.Normal(t * h * v, 2.0f), r.Normal(v), t, h, v};
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.h * in.v, kNaN);
+    GatedRmsNorm(in.o.data(), in.z.data(), in.t, {in.h, in.v}, in.w, 1e-5f, out->data(), Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::GatedNorm(in.o, in.z, in.t * in.h, in.v, in.w, 1e-5); }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double e = double(d.at("T")) * d.at("H") * d.at("K");
+    return {8 * e, 12 * e};
+  }
+};
+
+struct HcPreOp : NoNote {
+  struct Inputs {
+    std::vector<float> x, base, scale;
+    Matrix fn;
+    int64_t t, n, d;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
+    Rng r(seed);
+    const int64_t t = dm.at("T"), n = 4, d = dm.at("D"), mix = (2 + n) * n;
+    return {r.Normal(t * n * d), r.Normal(mix, 0.5f), r.Normal(3, 0.5f), Mat(r.Normal(mix * n * d, 0.02f), mix, n * d),
+            t, n, d};
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    const int64_t t = in.t, n = in.n;
+    std::vector<float> post(t * n, kNaN), comb(t * n * n, kNaN), y(t * in.d, kNaN);
+    HcParams p{n, in.d, 1e-5f, 1e-6f, 20};
+    HcPre(in.x.data(), t, in.fn, in.base, in.scale, p, post.data(), comb.data(), y.data(), Numerics{});
+    *out = post;
+    out->insert(out->end(), comb.begin(), comb.end());
+    out->insert(out->end(), y.begin(), y.end());
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    return ref::HcPre(in.x, in.t, in.n, in.d, in.fn.data, in.base, in.scale, 1e-5, 1e-6, 20);
+  }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double t = d.at("T"), nd = 4.0 * d.at("D");
+    return {2 * t * nd * 24 + 6 * t * nd, 4 * (t * nd + 24 * nd + t * d.at("D"))};
+  }
+};
+
+struct MlaOp {
+  struct Inputs {
+    std::vector<float> q, latent, krot;
+    Matrix kvb;
+    int64_t s, t, h, nope, rope, v, lora;
+    Selection sel;
+    std::vector<std::vector<int32_t>> sel_lists;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t s = d.at("S"), t = d.at("T"), h = d.at("H"), nope = 16, rope = d.at("ROPE"), v = 16, L = 32;
+    Inputs in{r.Normal(s * h * (nope + rope)), r.Normal(t * L), r.Normal(t * rope),
+              Mat(r.Normal(h * (nope + v) * L, 0.2f), h * (nope + v), L), s, t, h, nope, rope, v, L, {}, {}};
+    const int64_t pos0 = t - s;
+    const bool sparse = d.at("SPARSE") != 0;
+    in.sel.causal = !sparse;
+    in.sel.offsets.push_back(0);
+    std::uniform_int_distribution<int> coin(0, 2);
+    for (int64_t i = 0; i < s; ++i) {
+      std::vector<int32_t> keys;
+      for (int64_t j = 0; j <= pos0 + i; ++j)
+        if (!sparse || coin(r.g) == 0 || j == pos0 + i) keys.push_back(static_cast<int32_t>(j));
+      in.sel_lists.push_back(keys);
+      if (sparse) {
+        in.sel.indices.insert(in.sel.indices.end(), keys.begin(), keys.end());
+        in.sel.offsets.push_back(static_cast<int64_t>(in.sel.indices.size()));
+      }
+    }
+    return in;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.s * in.h * in.v, kNaN);
+    const RowView lat{in.latent.data(), nullptr, 1, in.lora, 0}, kr{in.krot.data(), nullptr, 1, in.rope, 0};
+    MlaShape sh{in.h, in.nope, in.rope, in.v, in.lora, 1.0f / std::sqrt(float(in.nope + in.rope))};
+    MlaAttention(in.q.data(), in.s, in.t - in.s, lat, kr, in.kvb, sh, in.sel, out->data(), Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    return ref::Mla(in.q, in.s, in.latent, in.krot, in.kvb.data, in.h, in.nope, in.rope, in.v, in.lora,
+                    1.0 / std::sqrt(double(in.nope + in.rope)), in.sel_lists);
+  }
+  static std::string Note(const Inputs&, const std::vector<float>&) { return ""; }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double s = d.at("S"), t = d.at("T"), h = d.at("H"), L = 32;
+    return {s * h * (2 * 16 * L + 4 * t * L + 2 * L * 16), 4 * (t * L + s * h * 48 + h * 32 * L)};
+  }
+};
+
+struct PoolKeyOp : NoNote {
+  struct Inputs {
+    std::vector<float> k, gamma, ape;
+    int64_t m, d;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
+    Rng r(seed);
+    const int64_t m = dm.at("M"), d = dm.at("D");
+    return {r.Normal(m * d), r.Normal(m * d, 2.0f), r.Normal(m * d, 0.5f), m, d};
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.d, kNaN);
+    PoolKey(in.k.data(), in.gamma.data(), in.ape.data(), in.m, in.d, out->data(), Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::PoolKey(in.k, in.gamma, in.ape, in.m, in.d); }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double e = double(d.at("M")) * d.at("D");
+    return {5 * e, 12 * e};
+  }
+};
+
+// Selection compared as a 0/1 membership matrix [S, T] (exact op: tolerance 0).
+struct IndexerOp {
+  struct Inputs {
+    std::vector<float> q, w, pk;
+    int64_t s, t, p, heads, d, m, topk;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
+    Rng r(seed);
+    const int64_t t = dm.at("T"), m = dm.at("M"), heads = 4, d = 16, p = t / m, s = dm.at("S");
+    return {r.Normal(s * heads * d), r.Normal(s * heads), r.Normal(p * d), s, t, p, heads, d, m, dm.at("TOPK")};
+  }
+  static std::vector<float> Membership(const std::vector<std::vector<int32_t>>& rows, int64_t t) {
+    std::vector<float> mem(rows.size() * t, 0.0f);
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int32_t j : rows[i]) mem[i * t + j] += 1.0f;  // duplicates would show as 2
+    return mem;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    Selection sel;
+    IndexerSelect(in.q.data(), in.w.data(), in.s, in.t - in.s, in.pk.data(), in.p, {in.heads, in.d, in.m, in.topk, true},
+                  &sel);
+    std::vector<std::vector<int32_t>> rows(in.s);
+    for (int64_t i = 0; i < in.s; ++i) rows[i].assign(sel.indices.begin() + sel.offsets[i], sel.indices.begin() + sel.offsets[i + 1]);
+    *out = Membership(rows, in.t);
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    auto rows = ref::IndexerSelect(in.q, in.w, in.s, in.t - in.s, in.pk, in.p, in.heads, in.d, in.m, in.topk, true);
+    auto mem = Membership(rows, in.t);
+    return ref::Vec(mem.begin(), mem.end());
+  }
+  static std::string Note(const Inputs& in, const std::vector<float>& out) {
+    return "selects up to " + std::to_string(in.topk / in.m) + " of " + std::to_string(in.p) + " pools + tail";
+  }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double s = d.at("S"), p = double(d.at("T")) / d.at("M");
+    return {s * p * 4 * 16 * 2, 4 * (s * 4 * 16 + p * 16)};
+  }
+};
+
+struct RouteOp {
+  struct Inputs {
+    std::vector<float> logits, bias;
+    int64_t n, e, k, groups, topk_group;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t n = d.at("N"), e = d.at("E"), k = d.at("K"), g = d.at("G");
+    Inputs in{r.Normal(n * e, 2.0f), r.Normal(e, 0.05f), n, e, k, g, g > 1 ? g / 2 : 1};
+    if (d.at("HOT") != 0) in.bias[0] = 10.0f;  // one expert hit by every token
+    return in;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    std::vector<int32_t> idx(in.n * in.k, -1);
+    std::vector<float> w(in.n * in.k, kNaN);
+    Route(in.logits.data(), in.n, in.bias, {in.e, in.k, in.groups, in.topk_group, true, 2.5f}, idx.data(), w.data());
+    out->assign(idx.begin(), idx.end());
+    out->insert(out->end(), w.begin(), w.end());
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    return ref::Route(in.logits, in.n, in.e, in.bias, in.k, in.groups, in.topk_group, true, 2.5);
+  }
+  static std::string Note(const Inputs&, const std::vector<float>&) { return "ids and weights"; }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double n = d.at("N"), e = d.at("E");
+    return {n * e * 8, 4 * n * e};
+  }
+};
+
+// ---- specs ---------------------------------------------------------------------------------------
+
+std::vector<OpSpec> BuildRegistry() {
+  std::vector<OpSpec> r;
+  r.push_back(MakeSpec<LinearOp>("linear", "fp32-reassociation", 1e-5,
+                                 {S({{"N", 1}, {"IN", 64}, {"OUT", 96}}), S({{"N", 37}, {"IN", 129}, {"OUT", 65}}),
+                                  S({{"N", 128}, {"IN", 256}, {"OUT", 512}})}));
+  r.push_back(MakeSpec<RmsNormOp>("rmsnorm", "fp32-reassociation", 1e-5,
+                                  {S({{"N", 1}, {"D", 64}}), S({{"N", 33}, {"D", 4096}})}));
+  r.push_back(MakeSpec<SwiGluOp>("swiglu", "fp32-reassociation", 1e-5,
+                                 {S({{"N", 1}, {"W", 32}}), S({{"N", 17}, {"W", 2048}})}));
+  r.push_back(MakeSpec<ConvOp>("kda.conv", "fp32-reassociation", 1e-5,
+                               {S({{"T", 1}, {"C", 48}}), S({{"T", 2}, {"C", 48}}), S({{"T", 70}, {"C", 384}})}));
+  r.push_back(MakeSpec<GateOp>("kda.gate", "fp32-reassociation", 1e-5,
+                               {S({{"T", 5}, {"H", 2}, {"K", 16}, {"SOFTPLUS", 0}}),
+                                S({{"T", 5}, {"H", 2}, {"K", 16}, {"SOFTPLUS", 1}})}));
+  const std::vector<OpShape> kda_shapes = {S({{"T", 1}, {"H", 2}, {"K", 16}}), S({{"T", 63}, {"H", 2}, {"K", 16}}),
+                                           S({{"T", 65}, {"H", 2}, {"K", 16}}), S({{"T", 200}, {"H", 3}, {"K", 32}})};
+  r.push_back(MakeSpec<KdaOp<true>>("kda.chunk", "fp32-iterative", 1e-4, kda_shapes));
+  r.push_back(MakeSpec<KdaOp<false>>("kda.recurrent", "fp32-iterative", 1e-4, kda_shapes));
+  r.push_back(MakeSpec<GatedNormOp>("kda.gated_norm", "fp32-reassociation", 1e-5,
+                                    {S({{"T", 3}, {"H", 4}, {"K", 16}}), S({{"T", 64}, {"H", 8}, {"K", 128}})}));
+  r.push_back(MakeSpec<HcPreOp>("hc.pre", "fp32-iterative", 1e-5, {S({{"T", 1}, {"D", 32}}), S({{"T", 9}, {"D", 256}})}));
+  r.push_back(MakeSpec<MlaOp>("mla.attention", "fp32-reassociation", 1e-5,
+                              {S({{"S", 1}, {"T", 1}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 0}}),
+                               S({{"S", 5}, {"T", 40}, {"H", 3}, {"ROPE", 8}, {"SPARSE", 0}}),
+                               S({{"S", 7}, {"T", 90}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 1}})}));
+  r.push_back(MakeSpec<PoolKeyOp>("dsa.pool_key", "fp32-reassociation", 1e-5,
+                                  {S({{"M", 4}, {"D", 16}}), S({{"M", 16}, {"D", 128}})}));
+  r.push_back(MakeSpec<IndexerOp>("dsa.select", "exact", 0.0,
+                                  {S({{"S", 1}, {"T", 1}, {"M", 4}, {"TOPK", 8}}),
+                                   S({{"S", 30}, {"T", 30}, {"M", 4}, {"TOPK", 8}}),
+                                   S({{"S", 10}, {"T", 300}, {"M", 16}, {"TOPK", 64}})}));
+  r.push_back(MakeSpec<RouteOp>("moe.route", "exact ids, fp32 weights", 1e-6,
+                                {S({{"N", 1}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 0}}),
+                                 S({{"N", 64}, {"E", 288}, {"K", 8}, {"G", 1}, {"HOT", 0}}),
+                                 S({{"N", 32}, {"E", 64}, {"K", 6}, {"G", 8}, {"HOT", 0}}),
+                                 S({{"N", 32}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 1}})}));
+  return r;
+}
+
+}  // namespace
+
+const std::vector<OpSpec>& Registry() {
+  static const std::vector<OpSpec>* r = new std::vector<OpSpec>(BuildRegistry());
+  return *r;
+}
+
+const OpSpec* FindOp(const std::string& name) {
+  for (const auto& op : Registry())
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+Result<OpShape> ParseShape(const OpSpec& op, const std::string& text) {
+  if (op.shapes.empty()) return Status::InvalidArgument("op " + op.name + " has no shapes");
+  std::map<std::string, int64_t> dims = op.shapes.back().dims;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) return Status::InvalidArgument("shape entry '" + item + "' is not NAME=VALUE");
+    const std::string k = item.substr(0, eq);
+    if (!dims.count(k)) {
+      std::string names;
+      for (const auto& [n, v] : dims) names += (names.empty() ? "" : ", ") + n;
+      return Status::InvalidArgument("op " + op.name + " has no dimension '" + k + "' (has: " + names + ")");
+    }
+    try {
+      dims[k] = std::stoll(item.substr(eq + 1));
+    } catch (...) {
+      return Status::InvalidArgument("shape entry '" + item + "' has a non-integer value");
+    }
+    if (dims[k] < 1) return Status::InvalidArgument("shape entry '" + item + "' must be >= 1");
+  }
+  return OpShape{Label(dims), dims};
+}
+
+}  // namespace gyre::ops
