@@ -20,6 +20,9 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "cli/feedback_commands.h"
+#include "core/trace.h"
+#include "feedback/trace_export.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
 #include "tokenizer/tokenizer.h"
@@ -74,6 +77,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int64_t prefill_chunk = 0;
   std::string act = "f32";
+  std::string trace;  // Chrome trace output (+ .events.jsonl)
   bool json = false;
 };
 
@@ -114,6 +118,10 @@ int RunGenerate(const GenerateArgs& a) {
   go.prefill_chunk = a.prefill_chunk;
   std::unique_ptr<StreamDecoder> stream;
   if (tok && !a.json) stream = std::make_unique<StreamDecoder>(*tok);
+  if (!a.trace.empty()) {
+    trace::Clear();
+    trace::Enable(true);
+  }
   auto res = Generate(**model, {prompt}, go, [&](size_t, int32_t id) {
     if (a.json) return;
     if (stream) {
@@ -123,6 +131,13 @@ int RunGenerate(const GenerateArgs& a) {
     }
     std::fflush(stdout);
   });
+  if (!a.trace.empty()) {
+    trace::Enable(false);
+    const auto spans = trace::Collect();
+    Status ts = feedback::WriteChromeTrace(a.trace, spans, {{"command", "generate"}, {"model", a.model}});
+    if (ts.ok()) ts = feedback::WriteEventsJsonl(a.trace + ".events.jsonl", spans);
+    if (!ts.ok()) return Fail(ts);
+  }
   if (!res) return Fail(res.error());
   const GenerateResult& r = (*res)[0];
   if (a.json) {
@@ -264,6 +279,7 @@ int Main(int argc, char** argv) {
   gen->add_option("--prefill-chunk", g.prefill_chunk, "prefill in pieces of N tokens");
   gen->add_option("--act", g.act, "activation dtype: f32 (default) or bf16");
   gen->add_flag("--json", g.json, "print one JSON object");
+  gen->add_option("--trace", g.trace, "write a Chrome trace (Perfetto) of the run to this file");
 
   std::string f_model, f_ids, f_out, f_act = "f32";
   auto* fwd = app.add_subcommand("forward", "write the logits of one prefill");
@@ -284,6 +300,9 @@ int Main(int argc, char** argv) {
   insp->add_option("--model", i_model)->required();
   insp->add_flag("--json", i_json);
 
+  std::function<int()> feedback_runner;
+  AddFeedbackCommands(app, &feedback_runner);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -300,6 +319,7 @@ int Main(int argc, char** argv) {
   if (*fwd) return RunForward(f_model, f_ids, f_out, f_act);
   if (*tokz) return RunTokenize(t_path, t_decode);
   if (*insp) return RunInspect(i_model, i_json);
+  if (feedback_runner) return feedback_runner();
   return 2;
 }
 

@@ -1,0 +1,321 @@
+#include "cli/feedback_commands.h"
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include "feedback/analyze.h"
+#include "feedback/bench.h"
+#include "feedback/ceilings.h"
+#include "feedback/model_diff.h"
+#include "feedback/trace_export.h"
+#include "feedback/verify_ops.h"
+#include "model/random_weights.h"
+#include "runtime/model.h"
+
+namespace gyre::cli {
+
+using feedback::Ceilings;
+
+namespace {
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "gyre: error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+Result<std::vector<int64_t>> ParseList(const std::string& text) {
+  std::vector<int64_t> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      v.push_back(std::stoll(item));
+    } catch (...) {
+      return Status::InvalidArgument("'" + item + "' is not an integer");
+    }
+  }
+  if (v.empty()) return Status::InvalidArgument("empty list");
+  return v;
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return Status::NotFound("cannot open " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A model from a folder, or random weights for a config.json file (no checkpoint written).
+Result<std::unique_ptr<Model>> ModelFrom(const std::string& dir, const std::string& config_file, uint64_t seed,
+                                        ActDType act, nlohmann::json* meta) {
+  if (!dir.empty()) {
+    *meta = {{"source", dir}};
+    return Model::Load(dir, ModelOptions{act});
+  }
+  if (config_file.empty()) return Status::InvalidArgument("give --model DIR or --config FILE");
+  GYRE_ASSIGN_OR_RETURN(std::string text, ReadFile(config_file));
+  GYRE_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(text));
+  GYRE_ASSIGN_OR_RETURN(ModelWeights w, RandomWeights(cfg, seed));
+  *meta = {{"source", config_file}, {"random_weights_seed", seed}, {"config", nlohmann::json::parse(text)}};
+  return Model::FromWeights(cfg, std::move(w), ModelOptions{act});
+}
+
+Result<std::vector<int32_t>> ParseIds(const std::string& text) {
+  GYRE_ASSIGN_OR_RETURN(std::vector<int64_t> v, ParseList(text));
+  return std::vector<int32_t>(v.begin(), v.end());
+}
+
+Result<Ceilings> CeilingsFrom(const std::string& path) {
+  if (path.empty()) return feedback::MeasureCeilings();
+  GYRE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  try {
+    return Ceilings::FromJson(nlohmann::json::parse(text));
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(path + " is not valid JSON: " + e.what());
+  }
+}
+
+Status WriteOut(const std::string& path, const nlohmann::json& j) {
+  if (path.empty() || path == "-") {
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status();
+  }
+  std::ofstream f(path);
+  if (!f) return Status::Unavailable("cannot write " + path);
+  f << j.dump(2) << "\n";
+  return Status();
+}
+
+}  // namespace
+
+
+
+void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
+  // ---- verify ops ----
+  auto* verify = app.add_subcommand("verify", "check ops / parallel plans against references");
+  verify->require_subcommand(1);
+  struct VerifyArgs {
+    std::string op, backend = "cpu";
+    uint64_t seed = 0;
+    bool json = false;
+  };
+  auto va = std::make_shared<VerifyArgs>();
+  auto* vops = verify->add_subcommand("ops", "every op vs its fp64 reference on fresh random inputs");
+  vops->add_option("--op", va->op, "only this op");
+  vops->add_option("--backend", va->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  vops->add_option("--seed", va->seed, "input seed (default: random, printed)");
+  vops->add_flag("--json", va->json);
+  vops->callback([va, runner] {
+    *runner = [va] {
+      uint64_t seed = va->seed ? va->seed : std::random_device{}();
+      if (!va->op.empty() && !ops::FindOp(va->op)) {
+        std::string names;
+        for (const auto& o : ops::Registry()) names += " " + o.name;
+        return Fail(Status::InvalidArgument("unknown op '" + va->op + "'; ops:" + names));
+      }
+      const auto rep = feedback::VerifyOps({}, va->op, va->backend == "cuda" ? ops::Backend::kCuda : ops::Backend::kCpu,
+                                           seed);
+      if (va->json) {
+        std::printf("%s\n", rep.Json().dump(2).c_str());
+      } else {
+        std::fputs(rep.Human().c_str(), stdout);
+      }
+      return rep.num_failed() == 0 ? 0 : 1;
+    };
+  });
+
+  // ---- analyze ----
+  struct AnalyzeArgs {
+    std::string trace, overlap, ceilings;
+    bool json = false;
+    size_t top = 20;
+  };
+  auto aa = std::make_shared<AnalyzeArgs>();
+  auto* an = app.add_subcommand("analyze", "where the time went in a trace");
+  an->add_option("trace", aa->trace, "Chrome trace JSON written by gyre")->required();
+  an->add_option("--overlap", aa->overlap, "A,B: overlap of category A with category B");
+  an->add_option("--ceilings", aa->ceilings, "ceilings JSON from `gyre bench ceilings --json` (default: measure)");
+  an->add_option("--top", aa->top, "ops to list");
+  an->add_flag("--json", aa->json);
+  an->callback([aa, runner] {
+    *runner = [aa] {
+      auto ev = feedback::ReadChromeTrace(aa->trace);
+      if (!ev) return Fail(ev.status());
+      auto ceil = CeilingsFrom(aa->ceilings);
+      if (!ceil) return Fail(ceil.status());
+      std::optional<std::pair<std::string, std::string>> ov;
+      if (!aa->overlap.empty()) {
+        const auto comma = aa->overlap.find(',');
+        if (comma == std::string::npos) return Fail(Status::InvalidArgument("--overlap takes A,B"));
+        ov = std::make_pair(aa->overlap.substr(0, comma), aa->overlap.substr(comma + 1));
+      }
+      const auto rep = feedback::Analyze(*ev, *ceil, ov);
+      if (aa->json) {
+        std::printf("%s\n", rep.Json().dump(2).c_str());
+      } else {
+        std::fputs(rep.Human(aa->top).c_str(), stdout);
+      }
+      return 0;
+    };
+  });
+
+  // ---- bench ----
+  auto* bench = app.add_subcommand("bench", "microbenchmarks and model benchmarks");
+  bench->require_subcommand(1);
+  auto cj = std::make_shared<bool>(false);
+  auto* bc = bench->add_subcommand("ceilings", "measure memory bandwidth and GEMM rate");
+  bc->add_flag("--json", *cj);
+  bc->callback([cj, runner] {
+    *runner = [cj] {
+      const Ceilings c = feedback::MeasureCeilings();
+      if (*cj) {
+        std::printf("%s\n", nlohmann::json{{"ceilings", c.Json()}, {"machine", feedback::MachineInfo()},
+                                           {"commit", feedback::GitCommit()}}
+                                .dump(2)
+                                .c_str());
+      } else {
+        std::printf("memory bandwidth %.2f GB/s, fp32 GEMM %.2f GFLOP/s (%s)\n", c.mem_bw_gbs, c.gemm_gflops,
+                    c.method.c_str());
+      }
+      return 0;
+    };
+  });
+  struct BenchOpArgs {
+    std::string name, shape, backend = "cpu", out = "-", ceilings;
+    int repeats = 10;
+    double min_time = 0.5;
+  };
+  auto bo = std::make_shared<BenchOpArgs>();
+  auto* bop = bench->add_subcommand("op", "time one op at a shape (Google Benchmark JSON)");
+  bop->add_option("name", bo->name)->required();
+  bop->add_option("--shape", bo->shape, "e.g. T=4096,H=4,K=64 (default: the op's largest shape)");
+  bop->add_option("--backend", bo->backend)->check(CLI::IsMember({"cpu", "cuda"}));
+  bop->add_option("--repeats", bo->repeats)->check(CLI::PositiveNumber);
+  bop->add_option("--min-time", bo->min_time, "seconds of measurement in total");
+  bop->add_option("--ceilings", bo->ceilings, "ceilings JSON (default: measure in this run)");
+  bop->add_option("--out", bo->out, "output file (default stdout)");
+  bop->callback([bo, runner] {
+    *runner = [bo] {
+      const ops::OpSpec* op = ops::FindOp(bo->name);
+      if (!op) return Fail(Status::InvalidArgument("unknown op '" + bo->name + "'"));
+      auto shape = bo->shape.empty() ? Result<ops::OpShape>(op->shapes.back()) : ops::ParseShape(*op, bo->shape);
+      if (!shape) return Fail(shape.status());
+      auto ceil = CeilingsFrom(bo->ceilings);
+      if (!ceil) return Fail(ceil.status());
+      feedback::BenchOpOptions o;
+      o.repeats = bo->repeats;
+      o.min_time_s = bo->min_time;
+      auto j = feedback::BenchOp(*op, *shape, bo->backend == "cuda" ? ops::Backend::kCuda : ops::Backend::kCpu, o,
+                                 *ceil);
+      if (!j) return Fail(j.status());
+      for (const auto& b : (*j)["benchmarks"]) {
+        if (b.value("aggregate_name", "") == "median") {
+          std::fprintf(stderr, "%s: median %.3f us, %.2f GFLOP/s, %.2f GB/s, %.1f%% of roofline\n",
+                       b["run_name"].get<std::string>().c_str(), b["real_time"].get<double>() / 1000,
+                       b["GFLOPS"].get<double>(), b["GBps"].get<double>(), b["roofline_pct"].get<double>());
+        }
+      }
+      Status s = WriteOut(bo->out, *j);
+      return s.ok() ? 0 : Fail(s);
+    };
+  });
+  struct BenchModelArgs {
+    std::string model, config, batches = "1,4,16", out = "-", trace, ceilings;
+    int64_t prompt_len = 256, context = 128, steps = 16;
+    int repeats = 3;
+    uint64_t seed = 1;
+    bool random_flag = false;
+  };
+  auto bm = std::make_shared<BenchModelArgs>();
+  auto* bmod = bench->add_subcommand("model", "prefill and decode tokens/s with an op breakdown");
+  bmod->add_option("--model", bm->model, "model folder");
+  bmod->add_option("--config", bm->config, "config.json: random weights, no checkpoint");
+  bmod->add_flag("--random-weights", bm->random_flag, "with --config (the default for --config)");
+  bmod->add_option("--prompt-len", bm->prompt_len);
+  bmod->add_option("--batches", bm->batches, "decode batch sizes, e.g. 1,4,16");
+  bmod->add_option("--context", bm->context, "decode context tokens");
+  bmod->add_option("--steps", bm->steps, "decode steps per run");
+  bmod->add_option("--repeats", bm->repeats);
+  bmod->add_option("--seed", bm->seed);
+  bmod->add_option("--trace", bm->trace, "write Chrome traces PREFIX.prefill.json / PREFIX.decode.json");
+  bmod->add_option("--ceilings", bm->ceilings);
+  bmod->add_option("--out", bm->out, "result JSON (default stdout)");
+  bmod->callback([bm, runner] {
+    *runner = [bm] {
+      nlohmann::json meta;
+      auto model = ModelFrom(bm->model, bm->config, bm->seed, ActDType::kF32, &meta);
+      if (!model) return Fail(model.status());
+      auto batches = ParseList(bm->batches);
+      if (!batches) return Fail(batches.status());
+      auto ceil = CeilingsFrom(bm->ceilings);
+      if (!ceil) return Fail(ceil.status());
+      feedback::BenchModelOptions o;
+      o.prompt_len = bm->prompt_len;
+      o.decode_batches = *batches;
+      o.decode_context = bm->context;
+      o.decode_steps = bm->steps;
+      o.repeats = bm->repeats;
+      o.seed = bm->seed;
+      o.trace_path = bm->trace;
+      auto j = feedback::BenchModel(**model, o, *ceil, meta);
+      if (!j) return Fail(j.status());
+      for (const auto& [k, v] : (*j)["metrics"].items()) {
+        std::vector<double> s = v.get<std::vector<double>>();
+        std::sort(s.begin(), s.end());
+        std::fprintf(stderr, "%-24s median %.2f\n", k.c_str(), s[s.size() / 2]);
+      }
+      Status s = WriteOut(bm->out, *j);
+      return s.ok() ? 0 : Fail(s);
+    };
+  });
+
+  // ---- diff ----
+  struct DiffArgs {
+    std::string model, model_b, act_a = "f32", act_b = "f32", ids;
+    int64_t chunk_a = 0, chunk_b = 0;
+    double tol = 1e-3;
+    bool json = false;
+  };
+  auto da = std::make_shared<DiffArgs>();
+  auto* diff = app.add_subcommand("diff", "first layer/op where two engine configurations diverge");
+  diff->add_option("--model", da->model, "model folder (configuration A)")->required();
+  diff->add_option("--model-b", da->model_b, "model folder for B (default: same)");
+  diff->add_option("--act-a", da->act_a)->check(CLI::IsMember({"f32", "bf16"}));
+  diff->add_option("--act-b", da->act_b)->check(CLI::IsMember({"f32", "bf16"}));
+  diff->add_option("--chunk-a", da->chunk_a, "prefill in pieces of N tokens (A)");
+  diff->add_option("--chunk-b", da->chunk_b, "prefill in pieces of N tokens (B)");
+  diff->add_option("--ids", da->ids, "prompt ids 1,2,3")->required();
+  diff->add_option("--tol", da->tol, "rel-L2 tolerance");
+  diff->add_flag("--json", da->json);
+  diff->callback([da, runner] {
+    *runner = [da] {
+      auto ids = ParseIds(da->ids);
+      if (!ids) return Fail(ids.status());
+      auto ma = Model::Load(da->model, ModelOptions{da->act_a == "bf16" ? ActDType::kBf16 : ActDType::kF32});
+      if (!ma) return Fail(ma.status());
+      auto mb = Model::Load(da->model_b.empty() ? da->model : da->model_b,
+                            ModelOptions{da->act_b == "bf16" ? ActDType::kBf16 : ActDType::kF32});
+      if (!mb) return Fail(mb.status());
+      auto label = [](const std::string& m, const std::string& act, int64_t chunk) {
+        return m + " act=" + act + (chunk ? " chunk=" + std::to_string(chunk) : "");
+      };
+      feedback::RunConfig a{ma->get(), da->chunk_a, label(da->model, da->act_a, da->chunk_a)};
+      feedback::RunConfig b{mb->get(), da->chunk_b,
+                            label(da->model_b.empty() ? da->model : da->model_b, da->act_b, da->chunk_b)};
+      auto rep = feedback::DiffModels(a, b, *ids, da->tol);
+      if (!rep) return Fail(rep.status());
+      if (da->json) {
+        std::printf("%s\n", rep->Json().dump(2).c_str());
+      } else {
+        std::fputs(rep->Human().c_str(), stdout);
+      }
+      return rep->first ? 1 : 0;
+    };
+  });
+}
+
+}  // namespace gyre::cli
