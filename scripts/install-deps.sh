@@ -3,7 +3,7 @@
 # present are skipped by apt). Run as root, or with sudo available.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev
-      nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
+      nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev
       clang libclang-rt-14-dev python3 libboost1.81-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 #include <thread>
@@ -129,7 +130,7 @@ Result<RunTimes> RunPrefill(const Model& m, int64_t len, int64_t batch, uint64_t
 // When `mixed_prompt` > 0, every step also carries a prefill chunk of that many tokens of a new
 // sequence (a mixed prefill + decode step).
 Result<RunTimes> RunDecode(const Model& m, int64_t batch, int64_t context, int64_t steps, int64_t mixed_prompt,
-                           uint64_t seed) {
+                           uint64_t seed, bool trace_steps = false) {
   const int64_t V = m.config().vocab_size;
   std::vector<SequenceState> st;
   for (int64_t b = 0; b < batch; ++b) st.push_back(m.NewSequence());
@@ -145,6 +146,7 @@ Result<RunTimes> RunDecode(const Model& m, int64_t batch, int64_t context, int64
   for (int64_t b = 0; b < batch; ++b) next[b] = static_cast<int32_t>((seed + b) % V);
   std::vector<SequenceState> extra;
   RunTimes r;
+  trace::Enable(trace_steps);  // only the timed steps are traced
   const auto t0 = Clock::now();
   for (int64_t s = 0; s < steps; ++s) {
     std::vector<SeqInput> in;
@@ -164,6 +166,7 @@ Result<RunTimes> RunDecode(const Model& m, int64_t batch, int64_t context, int64
     }
   }
   r.total_s = Since(t0);
+  trace::Enable(false);
   return r;
 }
 
@@ -216,12 +219,7 @@ Result<nlohmann::json> BenchModel(const Model& m, const BenchModelOptions& o, co
     for (int r = 0; r < o.repeats; ++r) {
       const bool last = r == o.repeats - 1;
       trace::Clear();
-      auto t = [&] {
-        trace::Enable(last);
-        auto res = RunDecode(m, b, o.decode_context, o.decode_steps, 0, o.seed + 100 * r);
-        trace::Enable(false);
-        return res;
-      }();
+      auto t = RunDecode(m, b, o.decode_context, o.decode_steps, 0, o.seed + 100 * r, /*trace_steps=*/last);
       if (!t.ok()) return t.status();
       tps.push_back(static_cast<double>(b * o.decode_steps) / t->total_s);
       step_ms.push_back(1000 * Quantile(t->step_s, 0.5));
@@ -240,7 +238,12 @@ Result<nlohmann::json> BenchModel(const Model& m, const BenchModelOptions& o, co
   }
   trace::Clear();
   const ModelSummary sum = Summarize(m.config());
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
   nlohmann::json meta = {{"date", IsoNow()},
+                         {"loadavg_1m_at_end", load[0]},
+                         {"omp_wait_policy", wait ? wait : "(unset)"},
                          {"commit", GitCommit()},
                          {"machine", MachineInfo()},
                          {"ceilings", ceil.Json()},
