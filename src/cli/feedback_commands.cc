@@ -184,6 +184,18 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       return 0;
     };
   });
+  auto* bspan = bench->add_subcommand("spans", "cost of a trace span with recording off and on");
+  bspan->callback([runner] {
+    *runner = [] {
+      const auto o = feedback::MeasureSpanOverhead();
+      std::printf("%s\n", nlohmann::json{{"span_off_ns", o.off_ns}, {"span_on_ns", o.on_ns},
+                                         {"loop_baseline_ns", o.baseline_ns}, {"machine", feedback::MachineInfo()},
+                                         {"commit", feedback::GitCommit()}}
+                              .dump(2)
+                              .c_str());
+      return 0;
+    };
+  });
   struct BenchOpArgs {
     std::string name, shape, backend = "cpu", out = "-", ceilings;
     int repeats = 10;

@@ -16,6 +16,10 @@
 #include <string>
 #include <vector>
 
+#ifdef GYRE_WITH_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
 namespace gyre::trace {
 
 struct Attrs {
@@ -49,13 +53,23 @@ uint32_t ThreadId();                       // small stable id of the calling thr
 class Scoped {
  public:
   Scoped(const char* name, const char* cat) : name_(name), cat_(cat), on_(Enabled()) {
-    if (on_) start_ = NowNs();
+    if (on_) {
+      start_ = NowNs();
+#ifdef GYRE_WITH_NVTX
+      nvtxRangePushA(name);  // CUDA build: the same spans appear as NVTX ranges in nsys
+#endif
+    }
   }
   Scoped(const char* name, const char* cat, Attrs a) : Scoped(name, cat) {
     if (on_) attrs_ = std::move(a);
   }
   ~Scoped() {
-    if (on_) Record({name_, cat_, start_, NowNs() - start_, ThreadId(), std::move(attrs_)});
+    if (on_) {
+#ifdef GYRE_WITH_NVTX
+      nvtxRangePop();
+#endif
+      Record({name_, cat_, start_, NowNs() - start_, ThreadId(), std::move(attrs_)});
+    }
   }
   Scoped(const Scoped&) = delete;
   Scoped& operator=(const Scoped&) = delete;

@@ -259,6 +259,35 @@ Result<nlohmann::json> BenchModel(const Model& m, const BenchModelOptions& o, co
   return nlohmann::json{{"meta", meta}, {"metrics", metrics}, {"directions", dirs}, {"op_breakdown", breakdown}};
 }
 
+// ---- span overhead -------------------------------------------------------------------------------
+
+SpanOverhead MeasureSpanOverhead(int64_t n) {
+  SpanOverhead o;
+  volatile int64_t sink = 0;
+  auto loop = [&](bool span) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < n; ++i) {
+      if (span) {
+        GYRE_SPAN("overhead", "bench");
+        sink = sink + i;
+      } else {
+        sink = sink + i;
+      }
+    }
+    return Since(t0) * 1e9 / n;
+  };
+  const bool was = trace::Enabled();
+  trace::Enable(false);
+  o.baseline_ns = loop(false);
+  o.off_ns = loop(true) - o.baseline_ns;
+  trace::Clear();
+  trace::Enable(true);
+  o.on_ns = loop(true) - o.baseline_ns;
+  trace::Enable(was);
+  trace::Clear();
+  return o;
+}
+
 // ---- RunScenario ---------------------------------------------------------------------------------
 
 Result<std::map<std::string, double>> RunScenario(const Model& m, const nlohmann::json& spec, int repeat) {

@@ -42,6 +42,12 @@ struct BenchModelOptions {
 Result<nlohmann::json> BenchModel(const Model& model, const BenchModelOptions& opts, const Ceilings& ceilings,
                                   const nlohmann::json& config_meta);
 
+// Cost of a GYRE_SPAN: ns per span with recording off and on (measured over `n` spans).
+struct SpanOverhead {
+  double off_ns = 0, on_ns = 0, baseline_ns = 0;
+};
+SpanOverhead MeasureSpanOverhead(int64_t n = 2000000);
+
 // Metrics of one repeat of scenario `spec` (kind + params): tok_s, ms, step_ms, ttft_ms (prefill).
 Result<std::map<std::string, double>> RunScenario(const Model& model, const nlohmann::json& spec, int repeat);
 
