@@ -9,10 +9,13 @@
 #include "feedback/analyze.h"
 #include "feedback/bench.h"
 #include "feedback/ceilings.h"
+#include "feedback/compare.h"
+#include "feedback/gate.h"
 #include "feedback/model_diff.h"
 #include "feedback/trace_export.h"
 #include "feedback/verify_ops.h"
 #include "model/random_weights.h"
+#include "parallel/verify_parallel.h"
 #include "runtime/model.h"
 
 namespace gyre::cli {
@@ -126,6 +129,71 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       }
       return rep.num_failed() == 0 ? 0 : 1;
     };
+  });
+
+  struct ParArgs {
+    std::string plan, merge = "fp32";
+    uint64_t seed = 0;
+    bool json = false;
+  };
+  auto pa = std::make_shared<ParArgs>();
+  auto* vpar = verify->add_subcommand("parallel", "each op of a parallel plan sharded vs unsharded (in-process ranks)");
+  vpar->add_option("--plan", pa->plan, "tp=2 | tp=4 | ep=2 | cp=2 | cp=4")->required();
+  vpar->add_option("--merge-precision", pa->merge, "CP state merge: fp32 (default), bf16, tf32")
+      ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
+  vpar->add_option("--seed", pa->seed, "input seed (default: random, printed)");
+  vpar->add_flag("--json", pa->json);
+  vpar->callback([pa, runner] {
+    *runner = [pa] {
+      const uint64_t seed = pa->seed ? pa->seed : std::random_device{}();
+      return parallel::RunVerifyParallelCli(pa->plan, pa->merge, seed, pa->json);
+    };
+  });
+
+  // ---- gate / compare ----
+  struct GateArgs {
+    std::string file, model, config;
+    int repeats = 0;
+    uint64_t seed = 1;
+    bool json = false;
+  };
+  auto ga = std::make_shared<GateArgs>();
+  auto* gate = app.add_subcommand("gate", "run a scenario gate file; PASS/FAIL per predicate with evidence");
+  gate->add_option("file", ga->file, "gate JSON (bench/gates/*.json)")->required();
+  gate->add_option("--model", ga->model, "model folder (default: tests/fixtures/glm5_tiny)");
+  gate->add_option("--config", ga->config, "config.json: random weights instead of a folder");
+  gate->add_option("--repeats", ga->repeats, "override the file's repeats");
+  gate->add_option("--seed", ga->seed, "scenario order and bootstrap seed");
+  gate->add_flag("--json", ga->json);
+  gate->callback([ga, runner] {
+    *runner = [ga] {
+      nlohmann::json meta;
+      const std::string dir = ga->model.empty() && ga->config.empty() ? "tests/fixtures/glm5_tiny" : ga->model;
+      auto model = ModelFrom(dir, ga->config, 1, ActDType::kF32, &meta);
+      if (!model) return Fail(model.status());
+      const Model* m = model->get();
+      feedback::ScenarioRunner run = [m](const std::string&, const nlohmann::json& spec, int repeat) {
+        return feedback::RunScenario(*m, spec, repeat);
+      };
+      feedback::GateOptions go;
+      go.repeats = ga->repeats;
+      go.seed = ga->seed;
+      return feedback::RunGateCli(ga->file, run, go, ga->json);
+    };
+  });
+  struct CmpArgs {
+    std::string a, b;
+    double threshold = 2.0;
+    bool json = false;
+  };
+  auto ca = std::make_shared<CmpArgs>();
+  auto* cmp = app.add_subcommand("compare", "per-metric change between two result files with noise-aware verdicts");
+  cmp->add_option("a", ca->a)->required();
+  cmp->add_option("b", ca->b)->required();
+  cmp->add_option("--threshold", ca->threshold, "minimum effect in percent (default 2)");
+  cmp->add_flag("--json", ca->json);
+  cmp->callback([ca, runner] {
+    *runner = [ca] { return feedback::RunCompareCli(ca->a, ca->b, ca->json, ca->threshold); };
   });
 
   // ---- analyze ----
