@@ -7,10 +7,18 @@
 
 namespace gyre::ops {
 
+namespace {
+// Multiply-adds below which a loop runs on the calling thread only.
+constexpr int64_t kParallelWork = 1 << 20;
+}  // namespace
+
 void MlaAttention(const float* q, int64_t s, int64_t pos0, const RowView& latent, const RowView& krot,
                   const Matrix& kv_b, MlaShape sh, const Selection& sel, float* out, const Numerics& num) {
   const int64_t H = sh.num_heads, L = sh.kv_lora, qd = sh.nope + sh.rope, blk = sh.nope + sh.v;
-#pragma omp parallel for collapse(2) schedule(dynamic)
+  // NOTE: a parallel region costs tens of µs and, on a loaded 2-core machine, can stall for a
+  // scheduler quantum at the join; only fan out when the work is large (see kParallelWork).
+  const int64_t work = s * H * L * (pos0 + s + sh.nope + sh.v);
+#pragma omp parallel for collapse(2) schedule(dynamic) if (work > kParallelWork)
   for (int64_t i = 0; i < s; ++i) {
     for (int64_t h = 0; h < H; ++h) {
       const float* qh = q + (i * H + h) * qd;

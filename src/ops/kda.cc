@@ -92,7 +92,8 @@ void KdaChunked(const float* q, const float* k, const float* v, const float* g, 
                 KdaShape s, float* state, float* o, int64_t chunk) {
   const int64_t H = s.num_heads, K = s.head_dim, V = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(K));
-#pragma omp parallel for schedule(dynamic)
+  // Only fan out over heads when the work amortises a parallel region (see attention.cc).
+#pragma omp parallel for schedule(dynamic) if (H * t * K * (K + 64) > (1 << 20))
   for (int64_t h = 0; h < H; ++h) {
     std::vector<float> qh(t * K), kh(t * K), vh(t * V), gh(t * K), bh(t);
     GatherHead(q, t, H, K, h, qh.data());
@@ -200,7 +201,7 @@ void KdaRecurrent(const float* q, const float* k, const float* v, const float* g
                   KdaShape s, float* state, float* o) {
   const int64_t H = s.num_heads, K = s.head_dim, V = s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(K));
-#pragma omp parallel for if (H * K * V > 16384)
+#pragma omp parallel for if (t * H * K * V > (1 << 18))
   for (int64_t h = 0; h < H; ++h) {
     std::vector<float> qn(K), kn(K), u(V);
     float* S = state + h * K * V;
