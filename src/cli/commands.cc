@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "cli/feedback_commands.h"
+#include "cli/serve_command.h"
 #include "core/trace.h"
 #include "feedback/trace_export.h"
 #include "runtime/generate.h"
@@ -300,8 +301,9 @@ int Main(int argc, char** argv) {
   insp->add_option("--model", i_model)->required();
   insp->add_flag("--json", i_json);
 
-  std::function<int()> feedback_runner;
+  std::function<int()> feedback_runner, serve_runner;
   AddFeedbackCommands(app, &feedback_runner);
+  AddServeCommand(app, &serve_runner);
 
   try {
     app.parse(argc, argv);
@@ -320,6 +322,7 @@ int Main(int argc, char** argv) {
   if (*tokz) return RunTokenize(t_path, t_decode);
   if (*insp) return RunInspect(i_model, i_json);
   if (feedback_runner) return feedback_runner();
+  if (serve_runner) return serve_runner();
   return 2;
 }
 

@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/bench_serve_command.h"
 #include "feedback/analyze.h"
 #include "feedback/bench.h"
 #include "feedback/ceilings.h"
@@ -234,6 +235,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   // ---- bench ----
   auto* bench = app.add_subcommand("bench", "microbenchmarks and model benchmarks");
   bench->require_subcommand(1);
+  AddBenchServeCommand(*bench, runner);
   auto cj = std::make_shared<bool>(false);
   auto* bc = bench->add_subcommand("ceilings", "measure memory bandwidth and GEMM rate");
   bc->add_flag("--json", *cj);

@@ -76,8 +76,12 @@ class EngineImpl final : public Engine {
   ~EngineImpl() override { Stop(); }
 
   Status Start() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (started_) return Status::InvalidArgument("engine already started");
+    }
+    PublishStats();  // budgets are visible before the first step (the engine thread is not running yet)
     std::lock_guard<std::mutex> l(mu_);
-    if (started_) return Status::InvalidArgument("engine already started");
     started_ = true;
     running_flag_ = true;
     thread_ = std::thread([this] { Loop(); });

@@ -1,0 +1,222 @@
+#include "cli/serve_command.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <pthread.h>
+#include <sstream>
+
+#include "engine/engine.h"
+#include "runtime/model.h"
+#include "serve/chat_template.h"
+#include "serve/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gyre::cli {
+
+namespace {
+
+constexpr const char* kBundledTemplate = "src/serve/testdata/chat_templates/glm5.jinja";
+
+struct ServeArgs {
+  std::string model = "tests/fixtures/glm5_tiny";
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string served_model_name;
+  std::string api_key;
+  int64_t max_num_seqs = EngineOptions{}.max_num_seqs;
+  std::string kv_memory = "256M";
+  int64_t max_num_batched_tokens = EngineOptions{}.max_num_batched_tokens;
+  int64_t kv_page_tokens = EngineOptions{}.kv_page_tokens;
+  int64_t max_waiting = EngineOptions{}.max_waiting;
+  int64_t max_model_len = 0;
+  std::string chat_template;
+  int http_threads = 2;
+  std::string act = "f32";
+};
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "gyre serve: error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string BaseName(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.rfind('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+// The chat template source and where it came from ("" source when none was found).
+std::pair<std::string, std::string> FindChatTemplate(const ServeArgs& a, const TokenizerConfig& tc, Status* error) {
+  if (!a.chat_template.empty()) {
+    auto t = ReadFile(a.chat_template);
+    if (!t.ok()) *error = t.error().WithContext("--chat-template");
+    return {t.ok() ? *t : "", a.chat_template};
+  }
+  if (!tc.chat_template.empty()) return {tc.chat_template, a.model + "/tokenizer_config.json"};
+  std::vector<std::string> candidates = {kBundledTemplate};
+#ifdef GYRE_SOURCE_DIR
+  candidates.push_back(std::string(GYRE_SOURCE_DIR) + "/" + kBundledTemplate);
+#endif
+  for (const auto& c : candidates) {
+    if (auto t = ReadFile(c); t.ok()) return {*t, c};
+  }
+  return {"", ""};
+}
+
+int RunServe(const ServeArgs& a) {
+  // Block the shutdown signals before any thread starts, so every thread inherits the mask and
+  // only sigwait below receives them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const auto kv_bytes = ParseByteSize(a.kv_memory);
+  if (!kv_bytes || *kv_bytes <= 0) {
+    std::fprintf(stderr, "gyre serve: --kv-memory '%s' is not a byte size (e.g. 268435456, 256M, 1G)\n",
+                 a.kv_memory.c_str());
+    return 2;
+  }
+  ModelOptions mo;
+  if (a.act == "bf16") mo.act = ActDType::kBf16;
+  else if (a.act != "f32") return Fail(Status::InvalidArgument("--act must be f32 or bf16"));
+
+  auto model = Model::Load(a.model, mo);
+  if (!model.ok()) return Fail(model.error());
+  auto tok = Tokenizer::FromFile(a.model);
+  if (!tok.ok()) return Fail(tok.error().WithContext("the model folder needs a tokenizer.json"));
+  TokenizerConfig tc;
+  if (auto c = LoadTokenizerConfig(a.model); c.ok()) {
+    tc = *c;
+  } else if (c.error().code() != StatusCode::kNotFound) {
+    return Fail(c.error());
+  }
+
+  Status tpl_error;
+  auto [tpl_source, tpl_origin] = FindChatTemplate(a, tc, &tpl_error);
+  if (!tpl_error.ok()) return Fail(tpl_error);
+  std::shared_ptr<ChatTemplate> tpl;
+  if (!tpl_source.empty()) {
+    auto t = ChatTemplate::Compile(tpl_source);
+    if (!t.ok()) return Fail(t.error().WithContext(tpl_origin));
+    tpl = std::move(*t);
+  } else {
+    std::fprintf(stderr, "gyre serve: warning: no chat template (no --chat-template, none in %s, no %s); "
+                 "/v1/chat/completions will fail\n", a.model.c_str(), kBundledTemplate);
+  }
+
+  EngineOptions eo;
+  eo.max_num_seqs = a.max_num_seqs;
+  eo.kv_page_tokens = a.kv_page_tokens;
+  eo.kv_memory_bytes = *kv_bytes;
+  eo.max_num_batched_tokens = a.max_num_batched_tokens;
+  eo.max_waiting = a.max_waiting;
+  eo.max_model_len = a.max_model_len;
+  auto engine = Engine::Create(**model, eo);
+  if (!engine.ok()) return Fail(engine.error());
+  if (Status s = (*engine)->Start(); !s.ok()) return Fail(s);
+
+  serve::ServerDeps deps;
+  deps.engine = engine->get();
+  deps.tokenizer = tok->get();
+  deps.tokenizer_config = tc;
+  if (tpl) {
+    deps.render_chat = [tpl](const serve::Json& ctx) { return tpl->Render(ctx); };
+  }
+  serve::ServerOptions so;
+  so.http.host = a.host;
+  so.http.port = a.port;
+  so.http.num_threads = a.http_threads;
+  so.served_model_name = a.served_model_name.empty() ? BaseName(a.model) : a.served_model_name;
+  so.api_key = a.api_key;
+  so.kv_page_tokens = a.kv_page_tokens;
+  auto server = serve::Server::Create(std::move(deps), so);
+  if (!server.ok()) {
+    (*engine)->Stop();
+    return Fail(server.error());
+  }
+  if (Status s = (*server)->Start(); !s.ok()) {
+    (*engine)->Stop();
+    return Fail(s);
+  }
+  std::printf("%s\n", (*server)->Banner().c_str());
+  if (!tpl_origin.empty()) std::printf("gyre serve: chat template from %s\n", tpl_origin.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "gyre serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->Stop();
+  server->reset();
+  engine->reset();
+  std::fprintf(stderr, "gyre serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseByteSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  const std::string num = text.substr(0, i);
+  if (std::count(num.begin(), num.end(), '.') > 1) return std::nullopt;
+  std::string suf = text.substr(i);
+  for (auto& c : suf) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mult = 1;
+  if (suf.empty() || suf == "B") mult = 1;
+  else if (suf == "K" || suf == "KI" || suf == "KIB") mult = 1024.0;
+  else if (suf == "M" || suf == "MI" || suf == "MIB") mult = 1024.0 * 1024;
+  else if (suf == "G" || suf == "GI" || suf == "GIB") mult = 1024.0 * 1024 * 1024;
+  else if (suf == "T" || suf == "TI" || suf == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (suf == "KB") mult = 1e3;
+  else if (suf == "MB") mult = 1e6;
+  else if (suf == "GB") mult = 1e9;
+  else if (suf == "TB") mult = 1e12;
+  else return std::nullopt;
+  const double v = std::strtod(num.c_str(), nullptr) * mult;
+  if (!std::isfinite(v) || v >= 9.2e18) return std::nullopt;
+  return static_cast<int64_t>(v);
+}
+
+void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
+  auto args = std::make_shared<ServeArgs>();
+  auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  s->add_option("--model", args->model, "model folder (default tests/fixtures/glm5_tiny)");
+  s->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
+  s->add_option("--port", args->port, "port (default 8000; 0 picks a free one)")->check(CLI::Range(0, 65535));
+  s->add_option("--served-model-name", args->served_model_name, "model name in the API (default: the folder name)");
+  s->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  s->add_option("--max-num-seqs", args->max_num_seqs, "concurrent sequences (KDA state slots)")
+      ->check(CLI::PositiveNumber);
+  s->add_option("--kv-memory", args->kv_memory, "latent KV-cache budget in bytes (suffixes K, M, G; default 256M)");
+  s->add_option("--max-num-batched-tokens", args->max_num_batched_tokens, "token budget per engine step")
+      ->check(CLI::PositiveNumber);
+  s->add_option("--kv-page-tokens", args->kv_page_tokens, "tokens per KV page")->check(CLI::PositiveNumber);
+  s->add_option("--max-waiting", args->max_waiting, "queue bound; beyond it requests get 429")
+      ->check(CLI::PositiveNumber);
+  s->add_option("--max-model-len", args->max_model_len, "context length (default: what the KV budget holds)")
+      ->check(CLI::NonNegativeNumber);
+  s->add_option("--chat-template", args->chat_template, "Jinja chat template file");
+  s->add_option("--http-threads", args->http_threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 256));
+  s->add_option("--act", args->act, "activation dtype: f32 (default) or bf16");
+  s->callback([args, runner] { *runner = [args] { return RunServe(*args); }; });
+}
+
+}  // namespace gyre::cli

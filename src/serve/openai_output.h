@@ -1,0 +1,90 @@
+// Per-request output shaping: incremental detokenization, stop-sequence matching on the text,
+// and OpenAI logprobs, token by token. No I/O: the serving layer turns deltas into chunks.
+//
+// Thread safety: none; one instance per request, used on that request's strand.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+#include "serve/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gyre::serve {
+
+// Finds stop sequences in text that arrives in pieces. Text is released as soon as it cannot be
+// the start of a stop sequence: only the longest tail that is a proper prefix of some stop is
+// held back. When a stop matches, the text before its first occurrence is released and the
+// matcher is done (the stop itself and everything after it are dropped).
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops);
+
+  struct Released {
+    std::string text;
+    bool stopped = false;
+  };
+  // REQUIRES: !stopped().
+  Released Push(std::string_view text);
+  // Everything still held (call at the end when no stop matched).
+  std::string Flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+struct OutputOptions {
+  bool chat = true;             // logprobs in chat format, else the legacy completions format
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  bool skip_special = true;     // special tokens add no text (they still count and get logprobs)
+  std::vector<std::string> stop;
+};
+
+class TextOutput {
+ public:
+  // `tokenizer` must outlive this object.
+  TextOutput(const Tokenizer& tokenizer, OutputOptions options);
+
+  struct Delta {
+    std::string text;      // newly released text (may be empty)
+    Json logprobs;         // null without logprobs; chat: {"content": [...]}; legacy: {tokens, ...}
+    bool stopped = false;  // a stop sequence matched: nothing follows
+  };
+  // Adds one generated token. REQUIRES: !stopped().
+  Delta OnToken(const TokenEvent& ev);
+  // Releases what is held (decoder tail, text held for stop matching). No logprobs.
+  Delta Finish();
+
+  bool stopped() const { return matcher_.stopped(); }
+  int64_t num_tokens() const { return num_tokens_; }
+  const std::string& text() const { return text_; }  // all text released so far
+  // All logprobs so far, for a non-streamed response (null without logprobs).
+  const Json& logprobs() const { return all_logprobs_; }
+
+ private:
+  Json EmptyLogprobs() const;
+  void AppendLogprobs(Json& into, const TokenEvent& ev, size_t text_offset) const;
+  // The token's text for logprobs: its bytes, with invalid UTF-8 replaced by U+FFFD.
+  std::string TokenText(int32_t id) const;
+
+  const Tokenizer& tok_;
+  const OutputOptions opts_;
+  StreamDecoder decoder_;
+  StopMatcher matcher_;
+  int64_t num_tokens_ = 0;
+  size_t decoded_bytes_ = 0;  // bytes the decoder produced so far (legacy text_offset)
+  std::string text_;
+  Json all_logprobs_;
+};
+
+// Valid UTF-8 copy of `bytes` (invalid sequences become U+FFFD).
+std::string LossyUtf8(std::string_view bytes);
+
+}  // namespace gyre::serve

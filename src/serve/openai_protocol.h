@@ -1,0 +1,132 @@
+// The OpenAI HTTP API's wire format: request parsing and validation, and the JSON of responses,
+// stream chunks and errors. Pure functions: no engine, no I/O, no tokenizer.
+//
+// Requests: ParseChatRequest / ParseCompletionRequest read a body into typed records. Every
+// field error is InvalidArgument whose message starts with the field name in single quotes
+// ("'temperature' must be a number in [0, 2]"); ApiError::FromStatus turns that name into the
+// error's `param`. Unknown fields are ignored (as vLLM does); fields gyre cannot honour
+// (n > 1, penalties, logit_bias, echo, ...) are rejected, never silently dropped.
+//
+// Responses follow OpenAI's shapes exactly (chat.completion, chat.completion.chunk,
+// text_completion) so official clients parse them; the shapes are documented beside each builder.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace gyre::serve {
+
+using Json = nlohmann::ordered_json;  // keeps key order (tool schemas reach the template as sent)
+
+// ---- errors -----------------------------------------------------------------------------------
+
+// An error answer: the HTTP status and the OpenAI error object
+// {"error": {"message", "type", "param", "code"}} (param/code null when empty).
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;
+  std::string code;
+  int retry_after_s = 0;  // > 0: send a Retry-After header (429)
+
+  // InvalidArgument→400, NotFound→404, ResourceExhausted→429 (Retry-After: 1), Unavailable→503,
+  // DeadlineExceeded→504, Unimplemented→501, anything else→500. `param` comes from a leading
+  // quoted field name in the message, if any.
+  static ApiError FromStatus(const Status& s);
+  Json ToJson() const;
+  std::string Body() const { return ToJson().dump(); }
+};
+
+// The status code and OpenAI `type` for an HTTP status ("invalid_request_error", ...).
+const char* ErrorTypeFor(int http_status);
+
+// ---- requests ---------------------------------------------------------------------------------
+
+// Fields common to chat and completions, after validation.
+struct GenerationRequest {
+  std::string model;                   // "" when absent
+  bool stream = false;
+  bool include_usage = false;          // stream_options.include_usage
+  std::optional<int64_t> max_tokens;   // max_completion_tokens or max_tokens; >= 1
+  float temperature = 1.0f;            // [0, 2]; 0 = greedy
+  float top_p = 1.0f;                  // (0, 1]
+  int64_t top_k = 0;                   // 0 = off (-1 is accepted as off)
+  float min_p = 0.0f;                  // [0, 1]
+  std::optional<uint64_t> seed;        // absent: a random seed per request
+  std::vector<std::string> stop;       // stop sequences (non-empty strings)
+  std::vector<int32_t> stop_token_ids; // vLLM extension
+  bool logprobs = false;               // report the sampled token's logprob
+  int32_t top_logprobs = 0;            // [0, 20] alternatives per token
+  bool ignore_eos = false;             // vLLM extension: EOS does not stop generation
+  int64_t min_tokens = 0;              // vLLM extension; > 0 is rejected until the engine has it
+  bool skip_special_tokens = true;     // vLLM extension: drop special tokens from the text
+};
+
+struct ChatRequest {
+  GenerationRequest gen;
+  Json messages;              // array; every content normalised to a string or null
+  Json tools;                 // null when absent
+  Json chat_template_kwargs;  // object, possibly empty (e.g. {"enable_thinking": false})
+  bool add_generation_prompt = true;
+};
+
+struct CompletionRequest {
+  GenerationRequest gen;
+  bool prompt_is_ids = false;
+  std::string prompt_text;          // when !prompt_is_ids
+  std::vector<int32_t> prompt_ids;  // when prompt_is_ids (range checked later, against the vocab)
+};
+
+// Errors: InvalidArgument (malformed JSON, a missing, mistyped or out-of-range field, or a
+// feature gyre does not support); the message names the field.
+Result<ChatRequest> ParseChatRequest(std::string_view body);
+Result<CompletionRequest> ParseCompletionRequest(std::string_view body);
+
+// ---- responses --------------------------------------------------------------------------------
+
+// Identity shared by every chunk of one response.
+struct ResponseMeta {
+  std::string id;       // "chatcmpl-…" or "cmpl-…"
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// A fresh id: `prefix` + 24 random alphanumerics.
+std::string NewResponseId(std::string_view prefix);
+const char* SystemFingerprint();
+
+Json UsageJson(int64_t prompt_tokens, int64_t completion_tokens);
+
+// chat.completion.chunk: {"id","object","created","model","system_fingerprint","choices":[{"index":0,
+// "delta":{...},"logprobs":...,"finish_reason":...}]} (+ "usage": null when include_usage).
+// `finish_reason` empty → null; `logprobs` may be null.
+Json ChatChunk(const ResponseMeta& m, Json delta, Json logprobs, std::string_view finish_reason, bool usage_null);
+// The final usage-only chunk of a stream with include_usage: "choices": [] and "usage": {...}.
+Json ChatUsageChunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
+// chat.completion with one choice {"index":0,"message":{"role":"assistant","content":...},
+// "logprobs":...,"finish_reason":...} and usage.
+Json ChatResponse(const ResponseMeta& m, const std::string& content, Json logprobs, std::string_view finish_reason,
+                  int64_t prompt_tokens, int64_t completion_tokens);
+
+// text_completion chunk: "choices":[{"index":0,"text":...,"logprobs":...,"finish_reason":...}].
+Json CompletionChunk(const ResponseMeta& m, const std::string& text, Json logprobs, std::string_view finish_reason,
+                     bool usage_null);
+Json CompletionUsageChunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
+Json CompletionResponse(const ResponseMeta& m, const std::string& text, Json logprobs, std::string_view finish_reason,
+                        int64_t prompt_tokens, int64_t completion_tokens);
+
+// One server-sent event: "data: <compact json>\n\n" (invalid UTF-8 replaced by U+FFFD).
+std::string SseData(const Json& j);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+// Compact JSON text with invalid UTF-8 replaced (never throws).
+std::string DumpJson(const Json& j);
+
+}  // namespace gyre::serve

@@ -1,0 +1,246 @@
+#include "serve/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace gyre::serve {
+namespace {
+
+// The field named by a parse error (as ApiError reports it).
+template <typename R>
+std::string ErrorParam(const R& r) {
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return "<ok>";
+  EXPECT_EQ(r.error().code(), StatusCode::kInvalidArgument) << r.error().ToString();
+  return ApiError::FromStatus(r.error()).param;
+}
+
+TEST(ParseChat, Minimal) {
+  auto r = ParseChatRequest(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_EQ(r->gen.model, "m");
+  EXPECT_FALSE(r->gen.stream);
+  EXPECT_FALSE(r->gen.max_tokens.has_value());
+  EXPECT_FLOAT_EQ(r->gen.temperature, 1.0f);
+  EXPECT_EQ(r->messages.size(), 1u);
+  EXPECT_TRUE(r->add_generation_prompt);
+  EXPECT_TRUE(r->tools.is_null());
+  EXPECT_TRUE(r->chat_template_kwargs.is_object());
+}
+
+TEST(ParseChat, AllSamplingFields) {
+  auto r = ParseChatRequest(R"({"messages": [{"role": "user", "content": "hi"}], "stream": true,
+      "stream_options": {"include_usage": true}, "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+      "top_k": 40, "min_p": 0.05, "seed": 123, "stop": ["a", "bc"], "logprobs": true, "top_logprobs": 3,
+      "ignore_eos": true, "stop_token_ids": [5, 6], "n": 1, "frequency_penalty": 0, "presence_penalty": 0.0,
+      "tools": [{"type": "function", "function": {"name": "f"}}], "chat_template_kwargs": {"enable_thinking": false},
+      "user": "ignored", "some_unknown_field": 1})");
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  const GenerationRequest& g = r->gen;
+  EXPECT_TRUE(g.stream);
+  EXPECT_TRUE(g.include_usage);
+  EXPECT_EQ(g.max_tokens, 7);
+  EXPECT_FLOAT_EQ(g.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(g.top_p, 0.9f);
+  EXPECT_EQ(g.top_k, 40);
+  EXPECT_FLOAT_EQ(g.min_p, 0.05f);
+  EXPECT_EQ(g.seed, 123u);
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_TRUE(g.logprobs);
+  EXPECT_EQ(g.top_logprobs, 3);
+  EXPECT_TRUE(g.ignore_eos);
+  EXPECT_EQ(g.stop_token_ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(r->tools.size(), 1u);
+  EXPECT_EQ(r->chat_template_kwargs["enable_thinking"], false);
+}
+
+TEST(ParseChat, MaxTokensAliasAndNulls) {
+  auto r = ParseChatRequest(R"({"messages": [{"role": "user", "content": null}], "max_tokens": 3,
+                                "temperature": null, "stop": null, "seed": null, "top_k": -1})");
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_EQ(r->gen.max_tokens, 3);
+  EXPECT_FLOAT_EQ(r->gen.temperature, 1.0f);
+  EXPECT_EQ(r->gen.top_k, 0);
+  EXPECT_FALSE(r->gen.seed.has_value());
+  auto s = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "stop": "END"})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->gen.stop, std::vector<std::string>{"END"});
+  auto f = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5.0})");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->gen.max_tokens, 5);
+}
+
+TEST(ParseChat, ContentPartsAreJoined) {
+  auto r = ParseChatRequest(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                {"type": "text", "text": "b"}]}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->messages[0]["content"], "a\nb");
+  EXPECT_EQ(ErrorParam(ParseChatRequest(
+                R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})")),
+            "messages[0].content");
+}
+
+TEST(ParseChat, FieldErrorsNameTheField) {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  auto bad = [&](const std::string& extra) { return ErrorParam(ParseChatRequest("{" + m + ", " + extra + "}")); };
+  EXPECT_EQ(bad(R"("temperature": 3)"), "temperature");
+  EXPECT_EQ(bad(R"("temperature": "hot")"), "temperature");
+  EXPECT_EQ(bad(R"("top_p": 0)"), "top_p");
+  EXPECT_EQ(bad(R"("top_p": 1.5)"), "top_p");
+  EXPECT_EQ(bad(R"("top_k": -2)"), "top_k");
+  EXPECT_EQ(bad(R"("min_p": -0.1)"), "min_p");
+  EXPECT_EQ(bad(R"("max_tokens": 0)"), "max_tokens");
+  EXPECT_EQ(bad(R"("max_tokens": 1.5)"), "max_tokens");
+  EXPECT_EQ(bad(R"("max_completion_tokens": "ten")"), "max_completion_tokens");
+  EXPECT_EQ(bad(R"("n": 2)"), "n");
+  EXPECT_EQ(bad(R"("seed": "x")"), "seed");
+  EXPECT_EQ(bad(R"("stop": 5)"), "stop");
+  EXPECT_EQ(bad(R"("stop": [""])"), "stop");
+  EXPECT_EQ(bad(R"("stream": "yes")"), "stream");
+  EXPECT_EQ(bad(R"("stream_options": {"include_usage": true})"), "stream_options");  // needs stream
+  EXPECT_EQ(bad(R"("logprobs": 1)"), "logprobs");
+  EXPECT_EQ(bad(R"("top_logprobs": 2)"), "top_logprobs");  // needs logprobs: true
+  EXPECT_EQ(bad(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
+  EXPECT_EQ(bad(R"("frequency_penalty": 0.5)"), "frequency_penalty");
+  EXPECT_EQ(bad(R"("logit_bias": {"5": 1})"), "logit_bias");
+  EXPECT_EQ(bad(R"("response_format": {"type": "json_object"})"), "response_format");
+  EXPECT_EQ(bad(R"("min_tokens": 3)"), "min_tokens");
+  EXPECT_EQ(bad(R"("tools": {})"), "tools");
+  EXPECT_EQ(bad(R"("chat_template_kwargs": [])"), "chat_template_kwargs");
+  EXPECT_EQ(bad(R"("model": 5)"), "model");
+  EXPECT_EQ(ErrorParam(ParseChatRequest(R"({"model": "m"})")), "messages");
+  EXPECT_EQ(ErrorParam(ParseChatRequest(R"({"messages": []})")), "messages");
+  EXPECT_EQ(ErrorParam(ParseChatRequest(R"({"messages": [{"content": "x"}]})")), "messages[0].role");
+}
+
+TEST(ParseChat, MalformedBody) {
+  auto r = ParseChatRequest("{not json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.error().message().find("not valid JSON"), std::string::npos);
+  EXPECT_FALSE(ParseChatRequest("[1, 2]").ok());
+  EXPECT_FALSE(ParseChatRequest("").ok());
+}
+
+TEST(ParseCompletion, PromptShapes) {
+  auto t = ParseCompletionRequest(R"({"prompt": "hello"})");
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->prompt_is_ids);
+  EXPECT_EQ(t->prompt_text, "hello");
+  auto ids = ParseCompletionRequest(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_TRUE(ids->prompt_is_ids);
+  EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  auto one = ParseCompletionRequest(R"({"prompt": ["hello"]})");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->prompt_text, "hello");
+  auto nested = ParseCompletionRequest(R"({"prompt": [[4, 5]]})");
+  ASSERT_TRUE(nested.ok());
+  EXPECT_EQ(nested->prompt_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": ["a", "b"]})")), "prompt");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": []})")), "prompt");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": ""})")), "prompt");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": [1, -2]})")), "prompt");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": 7})")), "prompt");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"max_tokens": 2})")), "prompt");
+}
+
+TEST(ParseCompletion, LegacyLogprobsAndExtensions) {
+  auto r = ParseCompletionRequest(R"({"prompt": "x", "logprobs": 2, "ignore_eos": true, "max_tokens": 9})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->gen.logprobs);
+  EXPECT_EQ(r->gen.top_logprobs, 2);
+  EXPECT_TRUE(r->gen.ignore_eos);
+  auto z = ParseCompletionRequest(R"({"prompt": "x", "logprobs": 0})");
+  ASSERT_TRUE(z.ok());
+  EXPECT_TRUE(z->gen.logprobs);
+  EXPECT_EQ(z->gen.top_logprobs, 0);
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "logprobs": true})")), "logprobs");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "echo": true})")), "echo");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "best_of": 3})")), "best_of");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "suffix": "y"})")), "suffix");
+}
+
+TEST(ApiError, StatusMapping) {
+  EXPECT_EQ(ApiError::FromStatus(Status::InvalidArgument("x")).status, 400);
+  EXPECT_EQ(ApiError::FromStatus(Status::NotFound("x")).status, 404);
+  const ApiError busy = ApiError::FromStatus(Status::ResourceExhausted("x"));
+  EXPECT_EQ(busy.status, 429);
+  EXPECT_EQ(busy.retry_after_s, 1);
+  EXPECT_EQ(ApiError::FromStatus(Status::Unavailable("x")).status, 503);
+  EXPECT_EQ(ApiError::FromStatus(Status(StatusCode::kDeadlineExceeded, "x")).status, 504);
+  EXPECT_EQ(ApiError::FromStatus(Status::Internal("x")).status, 500);
+  EXPECT_EQ(ApiError::FromStatus(Status::DataLoss("x")).status, 500);
+  const ApiError ctx = ApiError::FromStatus(Status::InvalidArgument("This model's maximum context length is 8"));
+  EXPECT_EQ(ctx.code, "context_length_exceeded");
+}
+
+TEST(ApiError, JsonShape) {
+  ApiError e = ApiError::FromStatus(Status::InvalidArgument("'temperature' must be a number"));
+  const Json j = Json::parse(e.Body());
+  ASSERT_TRUE(j.contains("error"));
+  const Json& o = j["error"];
+  EXPECT_EQ(o["message"], "'temperature' must be a number");
+  EXPECT_EQ(o["type"], "invalid_request_error");
+  EXPECT_EQ(o["param"], "temperature");
+  EXPECT_TRUE(o.contains("code"));
+  EXPECT_TRUE(o["code"].is_null());
+  const Json plain = Json::parse(ApiError::FromStatus(Status::Internal("boom")).Body());
+  EXPECT_TRUE(plain["error"]["param"].is_null());
+  EXPECT_EQ(plain["error"]["type"], "server_error");
+}
+
+TEST(Responses, ChatChunkShapes) {
+  const ResponseMeta m{"chatcmpl-1", 1700000000, "tiny"};
+  const Json first = ChatChunk(m, Json{{"role", "assistant"}, {"content", ""}}, nullptr, "", false);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["id"], "chatcmpl-1");
+  EXPECT_EQ(first["created"], 1700000000);
+  EXPECT_EQ(first["model"], "tiny");
+  ASSERT_EQ(first["choices"].size(), 1u);
+  EXPECT_EQ(first["choices"][0]["index"], 0);
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(first["choices"][0]["logprobs"].is_null());
+  EXPECT_FALSE(first.contains("usage"));
+  const Json last = ChatChunk(m, Json::object(), nullptr, "length", true);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(last["choices"][0]["delta"].empty());
+  EXPECT_TRUE(last["usage"].is_null());
+  const Json usage = ChatUsageChunk(m, 5, 3);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 8);
+}
+
+TEST(Responses, FullResponses) {
+  const ResponseMeta m{"x", 1, "tiny"};
+  const Json c = ChatResponse(m, "hi", nullptr, "stop", 4, 2);
+  EXPECT_EQ(c["object"], "chat.completion");
+  EXPECT_EQ(c["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(c["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(c["usage"], (Json{{"prompt_tokens", 4}, {"completion_tokens", 2}, {"total_tokens", 6}}));
+  const Json t = CompletionResponse(m, "yo", nullptr, "length", 1, 1);
+  EXPECT_EQ(t["object"], "text_completion");
+  EXPECT_EQ(t["choices"][0]["text"], "yo");
+  const Json tc = CompletionChunk(m, "a", nullptr, "", true);
+  EXPECT_EQ(tc["object"], "text_completion");
+  EXPECT_TRUE(tc["usage"].is_null());
+}
+
+TEST(Responses, SseFraming) {
+  EXPECT_EQ(SseData(Json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
+  // Invalid UTF-8 never throws; it is replaced.
+  const std::string s = SseData(Json{{"t", std::string("\xff")}});
+  EXPECT_NE(s.find("\xEF\xBF\xBD"), std::string::npos);
+}
+
+TEST(Responses, Ids) {
+  const std::string a = NewResponseId("chatcmpl-"), b = NewResponseId("chatcmpl-");
+  EXPECT_EQ(a.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(a.size(), 9u + 24u);
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace gyre::serve

@@ -1,0 +1,329 @@
+// Generation endpoints. Sections: responses; GenerationRun (one request's life on its strand) and
+// its engine sink; OpenAiServing (prompt building, validation, submit).
+#include "serve/openai_serving.h"
+
+#include <algorithm>
+#include <ctime>
+#include <random>
+
+#include "serve/openai_output.h"
+
+namespace gyre::serve {
+
+// ---- responses --------------------------------------------------------------------------------
+
+void RespondError(HttpExchange& ex, const ApiError& e) {
+  HttpResponse r;
+  r.status = e.status;
+  r.body = e.Body();
+  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  ex.Respond(std::move(r));
+}
+
+void RespondJson(HttpExchange& ex, const Json& body, int status) {
+  HttpResponse r;
+  r.status = status;
+  r.body = DumpJson(body);
+  ex.Respond(std::move(r));
+}
+
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// ---- GenerationRun ----------------------------------------------------------------------------
+
+// One request after a successful Submit. Every method runs on the exchange's strand.
+class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
+ public:
+  struct Setup {
+    bool chat = true;
+    bool stream = false;
+    bool include_usage = false;
+    ResponseMeta meta;
+    int64_t prompt_tokens = 0;
+    Clock::time_point arrival;
+    OutputOptions output;
+  };
+
+  GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
+      : cfg_(cfg), ex_(std::move(ex)), s_(std::move(s)), out_(*cfg.tokenizer, s_.output) {}
+
+  // Called right after Submit succeeded, still inside the handler (so before any event).
+  void Begin(RequestId id) {
+    id_ = id;
+    std::weak_ptr<GenerationRun> weak = weak_from_this();
+    ex_->OnAbort([weak] {
+      if (auto self = weak.lock()) self->OnClientGone();
+    });
+    if (!s_.stream) return;
+    ex_->StartStream(200, "text/event-stream", {{"X-Request-Id", s_.meta.id}});
+    if (s_.chat) {
+      Write(ChatChunk(s_.meta, Json{{"role", "assistant"}, {"content", ""}}, nullptr, "", s_.include_usage));
+    }
+  }
+
+  void OnToken(const TokenEvent& ev) {
+    if (done_) return;
+    const auto now = Clock::now();
+    if (!first_token_seen_) {
+      first_token_seen_ = true;
+      cfg_.metrics->ObserveTtft(Seconds(now - s_.arrival));
+    } else {
+      cfg_.metrics->ObserveItl(Seconds(now - last_token_));
+    }
+    last_token_ = now;
+    TextOutput::Delta d = out_.OnToken(ev);
+    if (s_.stream) SendDelta(d);
+    if (d.stopped) {
+      cfg_.engine->Cancel(id_);  // the engine's kCancelled finish is ignored (done_)
+      Complete("stop");
+    }
+  }
+
+  void OnFinish(FinishReason reason, const Status& status, const Usage& usage) {
+    if (done_) return;
+    if (reason == FinishReason::kError) {
+      Fail(status);
+      return;
+    }
+    TextOutput::Delta d = out_.Finish();
+    if (s_.stream) SendDelta(d);
+    switch (reason) {
+      case FinishReason::kStop: Complete("stop"); break;
+      case FinishReason::kLength: Complete(d.stopped ? "stop" : "length"); break;
+      default: Complete("abort"); break;  // cancelled by the server (shutdown)
+    }
+  }
+
+ private:
+  void OnClientGone() {
+    if (done_) return;
+    done_ = true;
+    cfg_.engine->Cancel(id_);
+    cfg_.metrics->CountFinished("abort");
+    cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
+  }
+
+  void Write(const Json& chunk) { ex_->Write(SseData(chunk)); }
+
+  void SendDelta(const TextOutput::Delta& d) {
+    const bool has_lp = !d.logprobs.is_null();
+    if (d.text.empty() && !has_lp) return;
+    if (s_.chat) {
+      Write(ChatChunk(s_.meta, Json{{"content", d.text}}, has_lp ? d.logprobs : Json(nullptr), "", s_.include_usage));
+    } else {
+      Write(CompletionChunk(s_.meta, d.text, has_lp ? d.logprobs : Json(nullptr), "", s_.include_usage));
+    }
+  }
+
+  void Complete(std::string_view finish_reason) {
+    done_ = true;
+    const int64_t completion = out_.num_tokens();
+    if (s_.stream) {
+      if (s_.chat) {
+        Write(ChatChunk(s_.meta, Json::object(), nullptr, finish_reason, s_.include_usage));
+        if (s_.include_usage) Write(ChatUsageChunk(s_.meta, s_.prompt_tokens, completion));
+      } else {
+        Write(CompletionChunk(s_.meta, "", nullptr, finish_reason, s_.include_usage));
+        if (s_.include_usage) Write(CompletionUsageChunk(s_.meta, s_.prompt_tokens, completion));
+      }
+      ex_->Write(std::string(kSseDone));
+      ex_->EndStream();
+    } else if (s_.chat) {
+      RespondJson(*ex_, ChatResponse(s_.meta, out_.text(), out_.logprobs(), finish_reason, s_.prompt_tokens, completion));
+    } else {
+      RespondJson(*ex_,
+                  CompletionResponse(s_.meta, out_.text(), out_.logprobs(), finish_reason, s_.prompt_tokens, completion));
+    }
+    cfg_.metrics->CountFinished(finish_reason);
+    cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
+  }
+
+  void Fail(const Status& status) {
+    done_ = true;
+    ApiError e = ApiError::FromStatus(status);
+    if (e.status < 500) e = ApiError::FromStatus(Status::Internal(status.message()));
+    e.message = "generation failed: " + e.message;
+    if (s_.stream) {
+      ex_->Write(SseData(e.ToJson()));
+      ex_->Write(std::string(kSseDone));
+      ex_->EndStream();
+    } else {
+      RespondError(*ex_, e);
+    }
+    cfg_.metrics->CountFinished("error");
+    cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
+  }
+
+  const ServingConfig& cfg_;
+  const std::shared_ptr<HttpExchange> ex_;
+  const Setup s_;
+  TextOutput out_;
+  RequestId id_ = 0;
+  bool done_ = false;
+  bool first_token_seen_ = false;
+  Clock::time_point last_token_;
+};
+
+// Engine thread → strand: never blocks, never touches the run's state directly.
+class RunSink final : public RequestSink {
+ public:
+  RunSink(std::shared_ptr<GenerationRun> run, std::shared_ptr<HttpExchange> ex)
+      : run_(std::move(run)), ex_(std::move(ex)) {}
+  void OnToken(const TokenEvent& ev) override {
+    ex_->Post([run = run_, ev] { run->OnToken(ev); });
+  }
+  void OnFinish(FinishReason reason, const Status& status, const Usage& usage) override {
+    ex_->Post([run = run_, reason, status, usage] { run->OnFinish(reason, status, usage); });
+  }
+
+ private:
+  const std::shared_ptr<GenerationRun> run_;
+  const std::shared_ptr<HttpExchange> ex_;
+};
+
+uint64_t RandomSeed() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+}  // namespace
+
+// ---- OpenAiServing ----------------------------------------------------------------------------
+
+OpenAiServing::OpenAiServing(ServingConfig config) : cfg_(std::move(config)) {}
+
+Result<std::vector<int32_t>> OpenAiServing::ChatPromptIds(const ChatRequest& r) const {
+  if (!cfg_.render_chat) return Status::Internal("the server has no chat template");
+  Json ctx = Json::object();
+  ctx["messages"] = r.messages;
+  if (!r.tools.is_null()) ctx["tools"] = r.tools;
+  ctx["add_generation_prompt"] = r.add_generation_prompt;
+  const TokenizerConfig& tc = cfg_.tokenizer_config;
+  ctx["bos_token"] = tc.bos_token ? Json(*tc.bos_token) : Json("");
+  ctx["eos_token"] = tc.eos_token ? Json(*tc.eos_token) : Json("");
+  for (const auto& [k, v] : r.chat_template_kwargs.items()) {
+    if (k == "messages" || k == "tools") continue;
+    ctx[k] = v;
+  }
+  auto text = cfg_.render_chat(ctx);
+  if (!text.ok()) return Status::InvalidArgument("the chat template failed: " + text.error().message());
+  auto ids = cfg_.tokenizer->Encode(*text, /*parse_special=*/true);
+  if (!ids.ok()) return Status::InvalidArgument("'messages' cannot be tokenized: " + ids.error().message());
+  if (ids->empty()) return Status::InvalidArgument("'messages' render to an empty prompt");
+  return std::move(*ids);
+}
+
+Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const CompletionRequest& r) const {
+  if (r.prompt_is_ids) return r.prompt_ids;
+  auto ids = cfg_.tokenizer->Encode(r.prompt_text, /*parse_special=*/true);
+  if (!ids.ok()) return Status::InvalidArgument("'prompt' cannot be tokenized: " + ids.error().message());
+  std::vector<int32_t> out;
+  const TokenizerConfig& tc = cfg_.tokenizer_config;
+  if (tc.add_bos_token && tc.bos_token) {
+    if (auto bos = cfg_.tokenizer->TokenToId(*tc.bos_token)) out.push_back(*bos);
+  }
+  out.insert(out.end(), ids->begin(), ids->end());
+  if (out.empty()) return Status::InvalidArgument("'prompt' tokenizes to nothing");
+  return out;
+}
+
+Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequest& g,
+                                                 std::vector<int32_t> prompt) const {
+  RequestParams p;
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t max_len = cfg_.engine->Stats().max_model_len;  // 0 before the engine published
+  const char* where = chat ? "messages" : "prompt";
+  auto too_long = [&](int64_t completion) {
+    return Status::InvalidArgument(
+        "This model's maximum context length is " + std::to_string(max_len) + " tokens. However, you requested " +
+        std::to_string(n_prompt + completion) + " tokens (" + std::to_string(n_prompt) + " in the " + where + ", " +
+        std::to_string(completion) + " in the completion). Please reduce the length of the " + where +
+        " or completion.");
+  };
+  if (g.max_tokens) {
+    p.max_tokens = *g.max_tokens;
+    if (max_len > 0 && n_prompt + p.max_tokens > max_len) return too_long(p.max_tokens);
+  } else if (max_len > 0) {
+    if (n_prompt >= max_len) return too_long(1);
+    const int64_t room = max_len - n_prompt;
+    p.max_tokens = chat ? room : std::min(cfg_.default_completion_max_tokens, room);
+  } else {
+    p.max_tokens = chat ? 4096 : cfg_.default_completion_max_tokens;
+  }
+  p.prompt = std::move(prompt);
+  p.sampling.temperature = g.temperature;
+  p.sampling.top_p = g.top_p;
+  p.sampling.top_k = g.top_k;
+  p.sampling.min_p = g.min_p;
+  p.sampling.seed = g.seed ? *g.seed : RandomSeed();
+  p.ignore_eos = g.ignore_eos;
+  p.top_logprobs = g.logprobs ? g.top_logprobs : 0;
+  p.stop_ids = g.stop_token_ids;
+  // A stop sequence that is exactly one token also stops in the engine (needed for special tokens,
+  // whose text is skipped; harmless for others, which the text matcher drops too).
+  for (const std::string& s : g.stop) {
+    auto ids = cfg_.tokenizer->Encode(s, /*parse_special=*/true);
+    if (ids.ok() && ids->size() == 1) p.stop_ids.push_back((*ids)[0]);
+  }
+  return p;
+}
+
+void OpenAiServing::Generate(bool chat, const GenerationRequest& g, std::vector<int32_t> prompt,
+                             std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const {
+  if (!g.model.empty() && g.model != cfg_.served_model_name) {
+    ApiError e;
+    e.status = 404;
+    e.message = "The model `" + g.model + "` does not exist.";
+    e.param = "model";
+    e.code = "model_not_found";
+    RespondError(*ex, e);
+    return;
+  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  auto params = BuildParams(chat, g, std::move(prompt));
+  if (!params.ok()) {
+    ApiError e = ApiError::FromStatus(params.error());
+    if (e.code == "context_length_exceeded") e.param = chat ? "messages" : "prompt";
+    RespondError(*ex, e);
+    return;
+  }
+  GenerationRun::Setup s;
+  s.chat = chat;
+  s.stream = g.stream;
+  s.include_usage = g.include_usage;
+  s.meta = ResponseMeta{NewResponseId(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
+                        cfg_.served_model_name};
+  s.prompt_tokens = n_prompt;
+  s.arrival = arrival;
+  s.output = OutputOptions{chat, g.logprobs, g.top_logprobs, g.skip_special_tokens, g.stop};
+  auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
+  auto submitted = cfg_.engine->Submit(std::move(*params), std::make_shared<RunSink>(run, ex));
+  if (!submitted.ok()) {
+    ApiError e = ApiError::FromStatus(submitted.error());
+    if (e.code == "context_length_exceeded") e.param = chat ? "messages" : "prompt";
+    RespondError(*ex, e);
+    return;
+  }
+  run->Begin(*submitted);
+}
+
+void OpenAiServing::Chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const {
+  auto r = ParseChatRequest(req.body);
+  if (!r.ok()) return RespondError(*ex, ApiError::FromStatus(r.error()));
+  auto ids = ChatPromptIds(*r);
+  if (!ids.ok()) return RespondError(*ex, ApiError::FromStatus(ids.error()));
+  Generate(/*chat=*/true, r->gen, std::move(*ids), std::move(ex), arrival);
+}
+
+void OpenAiServing::Completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                               Clock::time_point arrival) const {
+  auto r = ParseCompletionRequest(req.body);
+  if (!r.ok()) return RespondError(*ex, ApiError::FromStatus(r.error()));
+  auto ids = CompletionPromptIds(*r);
+  if (!ids.ok()) return RespondError(*ex, ApiError::FromStatus(ids.error()));
+  Generate(/*chat=*/false, r->gen, std::move(*ids), std::move(ex), arrival);
+}
+
+}  // namespace gyre::serve

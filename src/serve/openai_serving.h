@@ -1,0 +1,76 @@
+// The OpenAI generation endpoints over an Engine: POST /v1/chat/completions and /v1/completions.
+//
+// One request: parse and validate the body → build the prompt (chat: render the chat template,
+// then tokenize with special tokens parsed) → check it against the context length → Engine::Submit
+// with a sink → answer. The sink posts every engine event to the request's HttpExchange strand
+// (the engine thread never waits on the network); there the text is detokenized incrementally,
+// stop sequences are matched, and either SSE chunks are written (stream) or one JSON response is
+// sent at the end. A client that disconnects, or reads too slowly, makes the exchange abort and
+// the request is cancelled in the engine.
+//
+// Thread safety: Chat/Completion are called on the exchange's strand (the HttpServer handler);
+// the object itself is immutable after construction and shared by all requests.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "serve/http_server.h"
+#include "serve/metrics.h"
+#include "serve/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gyre::serve {
+
+using Clock = std::chrono::steady_clock;
+
+// Renders a chat template context ({"messages", "add_generation_prompt", "tools", "bos_token",
+// "eos_token", ...chat_template_kwargs}) to the prompt text. Errors: InvalidArgument.
+using ChatRenderFn = std::function<Result<std::string>(const Json& context)>;
+
+struct ServingConfig {
+  Engine* engine = nullptr;              // borrowed, started
+  const Tokenizer* tokenizer = nullptr;  // borrowed
+  TokenizerConfig tokenizer_config;      // bos/eos strings, add_bos_token
+  ChatRenderFn render_chat;              // empty: chat requests get 500
+  std::string served_model_name;
+  ServeMetrics* metrics = nullptr;       // borrowed
+  int64_t default_completion_max_tokens = 16;  // /v1/completions without max_tokens (OpenAI's 16)
+};
+
+class OpenAiServing {
+ public:
+  explicit OpenAiServing(ServingConfig config);
+
+  // Handle one request; the answer goes to `ex`, now or later. `arrival` is when the request was
+  // read (TTFT and end-to-end latency start there).
+  void Chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
+  void Completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
+
+  // The prompt ids of a chat request (template + tokenizer). Errors: InvalidArgument.
+  Result<std::vector<int32_t>> ChatPromptIds(const ChatRequest& r) const;
+  // The prompt ids of a completion request (text is tokenized; BOS added if the tokenizer config
+  // asks for it).
+  Result<std::vector<int32_t>> CompletionPromptIds(const CompletionRequest& r) const;
+
+  const ServingConfig& config() const { return cfg_; }
+
+ private:
+  void Generate(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt,
+                std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
+  // Validates the model name and the context length and fills the engine parameters.
+  Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
+
+  const ServingConfig cfg_;
+};
+
+// Sends `e` as an OpenAI error response (with Retry-After for 429).
+void RespondError(HttpExchange& ex, const ApiError& e);
+// Sends `body` as a 200 application/json response.
+void RespondJson(HttpExchange& ex, const Json& body, int status = 200);
+
+}  // namespace gyre::serve

@@ -1,0 +1,211 @@
+#include "serve/server.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <thread>
+
+namespace gyre::serve {
+
+std::string OpenAiErrorBody(int status, const std::string& message) {
+  ApiError e;
+  e.status = status;
+  e.type = ErrorTypeFor(status);
+  e.message = message;
+  return e.Body();
+}
+
+namespace {
+
+ApiError MakeError(int status, std::string message, std::string code = {}) {
+  ApiError e;
+  e.status = status;
+  e.type = ErrorTypeFor(status);
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+// Constant-time comparison (the API key must not leak through timing).
+bool SameSecret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+std::string MiB(int64_t bytes) {
+  char buf[32];
+  if (bytes < (1 << 20)) {
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  }
+  return buf;
+}
+
+}  // namespace
+
+Server::Server(ServerDeps deps, ServerOptions options)
+    : deps_(std::move(deps)), opts_(std::move(options)), created_(static_cast<int64_t>(std::time(nullptr))) {}
+
+Server::~Server() { Stop(0); }
+
+Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions options) {
+  if (!deps.engine || !deps.tokenizer) return Status::InvalidArgument("the server needs an engine and a tokenizer");
+  if (options.served_model_name.empty()) return Status::InvalidArgument("--served-model-name must not be empty");
+  std::unique_ptr<Server> s(new Server(std::move(deps), std::move(options)));
+  s->metrics_ = std::make_unique<ServeMetrics>(s->opts_.served_model_name);
+  ServingConfig sc;
+  sc.engine = s->deps_.engine;
+  sc.tokenizer = s->deps_.tokenizer;
+  sc.tokenizer_config = s->deps_.tokenizer_config;
+  sc.render_chat = s->deps_.render_chat;
+  sc.served_model_name = s->opts_.served_model_name;
+  sc.metrics = s->metrics_.get();
+  sc.default_completion_max_tokens = s->opts_.default_completion_max_tokens;
+  s->serving_ = std::make_unique<OpenAiServing>(std::move(sc));
+  HttpServerOptions ho = s->opts_.http;
+  ho.error_body = OpenAiErrorBody;
+  Server* raw = s.get();
+  GYRE_ASSIGN_OR_RETURN(s->http_, HttpServer::Create(ho, [raw](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+                          raw->Handle(req, std::move(ex));
+                        }));
+  return s;
+}
+
+Status Server::Start() {
+  return http_->Start();
+}
+
+void Server::Stop(int64_t grace_ms) {
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_ = true;
+  if (http_) http_->StopAccepting();
+  deps_.engine->Stop();  // every request reaches OnFinish; the runs write their last chunks
+  if (http_) http_->Stop(grace_ms);
+}
+
+int Server::port() const { return http_->port(); }
+
+std::string Server::Banner() const {
+  const EngineStats st = deps_.engine->Stats();
+  const int64_t kv_tokens = st.kv_pages_total * opts_.kv_page_tokens;
+  const std::string& h = opts_.http.host;
+  const std::string host = h.find(':') != std::string::npos ? "[" + h + "]" : h;  // IPv6 literal
+  std::string b = "gyre serve: listening on http://" + host + ":" + std::to_string(port()) +
+                  " | model '" + opts_.served_model_name + "'";
+  b += " | KV cache " + std::to_string(st.kv_pages_total) + " pages x " + std::to_string(opts_.kv_page_tokens) +
+       " tokens = " + std::to_string(kv_tokens) + " tokens (" + MiB(st.kv_pages_total * st.kv_bytes_per_page) + ")";
+  b += " | KDA state " + std::to_string(st.kda_slots_total) + " slots (" +
+       MiB(st.kda_slots_total * st.kda_bytes_per_slot) + ")";
+  b += " | max concurrency " + std::to_string(st.kda_slots_total) + " sequences";
+  if (st.max_model_len > 0) b += " | max model len " + std::to_string(st.max_model_len);
+  if (st.max_model_len > 0 && kv_tokens > 0) {
+    b += " (the KV cache holds " + std::to_string(kv_tokens / st.max_model_len) + " such sequences)";
+  }
+  return b;
+}
+
+bool Server::Authorized(const HttpRequest& req) const {
+  if (opts_.api_key.empty()) return true;
+  const std::string_view h = req.Header("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (h.size() < kBearer.size() || h.substr(0, kBearer.size()) != kBearer) return false;
+  return SameSecret(h.substr(kBearer.size()), opts_.api_key);
+}
+
+Json Server::ModelCard() const {
+  return Json{{"id", opts_.served_model_name},
+              {"object", "model"},
+              {"created", created_},
+              {"owned_by", "gyre"},
+              {"root", opts_.served_model_name},
+              {"parent", nullptr},
+              {"max_model_len", deps_.engine->Stats().max_model_len}};
+}
+
+void Server::Handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+  const auto arrival = Clock::now();
+  const std::string& path = req.path;
+  auto allow = [&](const char* method) -> bool {
+    if (req.method == method) return true;
+    ApiError e = MakeError(405, "Method " + req.method + " is not allowed on " + path + " (use " + method + ")");
+    HttpResponse r;
+    r.status = 405;
+    r.body = e.Body();
+    r.headers.emplace_back("Allow", method);
+    ex->Respond(std::move(r));
+    return false;
+  };
+  try {
+    if (path == "/health") {
+      if (!allow("GET")) return;
+      HttpResponse r;
+      if (stopping_) {
+        r.status = 503;
+        r.body = MakeError(503, "the server is shutting down").Body();
+      } else {
+        r.content_type = "text/plain";
+      }
+      ex->Respond(std::move(r));
+      return;
+    }
+    if (path == "/metrics") {
+      if (!allow("GET")) return;
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = metrics_->Render(deps_.engine->Stats());
+      ex->Respond(std::move(r));
+      return;
+    }
+    if (path == "/version") {
+      if (!allow("GET")) return;
+      RespondJson(*ex, Json{{"version", "0.1.0"}});
+      return;
+    }
+    const bool v1 = path.rfind("/v1/", 0) == 0;
+    if (v1 && !Authorized(req)) {
+      RespondError(*ex, MakeError(401, "Incorrect API key provided.", "invalid_api_key"));
+      return;
+    }
+    if (stopping_ && v1) {
+      RespondError(*ex, MakeError(503, "the server is shutting down"));
+      return;
+    }
+    if (path == "/v1/chat/completions") {
+      if (allow("POST")) serving_->Chat(req, ex, arrival);
+      return;
+    }
+    if (path == "/v1/completions") {
+      if (allow("POST")) serving_->Completion(req, ex, arrival);
+      return;
+    }
+    if (path == "/v1/models") {
+      if (allow("GET")) RespondJson(*ex, Json{{"object", "list"}, {"data", Json::array({ModelCard()})}});
+      return;
+    }
+    if (path.rfind("/v1/models/", 0) == 0) {
+      if (!allow("GET")) return;
+      const std::string name = path.substr(std::string("/v1/models/").size());
+      if (name == opts_.served_model_name) {
+        RespondJson(*ex, ModelCard());
+      } else {
+        ApiError e = MakeError(404, "The model `" + name + "` does not exist.", "model_not_found");
+        e.param = "model";
+        RespondError(*ex, e);
+      }
+      return;
+    }
+    RespondError(*ex, MakeError(404, "Route " + req.method + " " + path + " not found", "not_found"));
+  } catch (const std::exception& e) {
+    // Nothing below should throw (gyre code returns Status); this is the edge that guarantees it.
+    RespondError(*ex, MakeError(500, std::string("internal error: ") + e.what()));
+  }
+}
+
+}  // namespace gyre::serve

@@ -1,0 +1,85 @@
+// Server: gyre's OpenAI-compatible HTTP front end over one Engine.
+//
+// Routes (every answer that is not 2xx is an OpenAI error object, see openai_protocol.h):
+//   POST /v1/chat/completions, POST /v1/completions   generation (openai_serving.h)
+//   GET  /v1/models, GET /v1/models/{name}            the served model
+//   GET  /health                                      200 while serving, 503 once stopping
+//   GET  /metrics                                     Prometheus text (metrics.h)
+//   GET  /version                                     {"version": ...}
+// With an API key, /v1/* requires "Authorization: Bearer <key>" (401 otherwise). Unknown paths
+// get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413.
+//
+// Lifecycle: Create (binds the port) → Start → ... → Stop. Stop stops accepting, stops the
+// engine (in-flight requests end: streams get a last chunk with finish_reason "abort"), gives
+// open responses `grace_ms` to finish writing, then closes every connection. Idempotent.
+//
+// Thread safety: Create/Start/Stop/Banner from one controlling thread; requests are served on
+// the HTTP threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "serve/http_server.h"
+#include "serve/metrics.h"
+#include "serve/openai_serving.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gyre::serve {
+
+struct ServerOptions {
+  HttpServerOptions http;
+  std::string served_model_name = "gyre";
+  std::string api_key;          // empty: no authentication
+  int64_t kv_page_tokens = 0;   // for the banner only (tokens per latent-cache page)
+  int64_t default_completion_max_tokens = 16;
+};
+
+// Borrowed collaborators; all must outlive the Server.
+struct ServerDeps {
+  Engine* engine = nullptr;              // created and started by the caller; Stop() stops it
+  const Tokenizer* tokenizer = nullptr;
+  TokenizerConfig tokenizer_config;
+  ChatRenderFn render_chat;              // see openai_serving.h
+};
+
+class Server {
+ public:
+  // Errors: InvalidArgument (missing engine/tokenizer, bad option), Unavailable (cannot bind).
+  static Result<std::unique_ptr<Server>> Create(ServerDeps deps, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  Status Start();
+  void Stop(int64_t grace_ms = 2000);
+  int port() const;
+  // One line for stdout: where it listens, the model name, memory budgets, max concurrency.
+  std::string Banner() const;
+  const ServeMetrics& metrics() const { return *metrics_; }
+
+ private:
+  Server(ServerDeps deps, ServerOptions options);
+  void Handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  bool Authorized(const HttpRequest& req) const;
+  Json ModelCard() const;
+
+  // Constant after construction.
+  const ServerDeps deps_;
+  const ServerOptions opts_;
+  std::unique_ptr<ServeMetrics> metrics_;
+  std::unique_ptr<OpenAiServing> serving_;
+  std::unique_ptr<HttpServer> http_;
+  const int64_t created_;  // unix seconds, for /v1/models
+
+  std::atomic<bool> stopping_{false};
+  bool stopped_ = false;  // controlling thread only
+};
+
+// An HttpServerOptions::error_body that writes OpenAI error objects.
+std::string OpenAiErrorBody(int status, const std::string& message);
+
+}  // namespace gyre::serve

@@ -1,0 +1,299 @@
+// Integration tests of `gyre serve` through the official OpenAI Node client (and raw fetch for
+// what the client cannot send). Started by run.sh, which exports:
+//   GYRE_URL         main server (no API key, --max-model-len GYRE_MAX_MODEL_LEN)
+//   GYRE_URL_AUTH    server started with --api-key GYRE_API_KEY
+//   GYRE_URL_SMALLQ  server with one sequence and a one-request queue (429 under a flood)
+//   GYRE_MODEL_NAME  the served model name
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const URL_MAIN = process.env.GYRE_URL;
+const URL_AUTH = process.env.GYRE_URL_AUTH;
+const URL_SMALLQ = process.env.GYRE_URL_SMALLQ;
+const MODEL = process.env.GYRE_MODEL_NAME;
+const API_KEY = process.env.GYRE_API_KEY;
+const MAX_MODEL_LEN = Number(process.env.GYRE_MAX_MODEL_LEN);
+assert.ok(URL_MAIN && URL_AUTH && URL_SMALLQ && MODEL && API_KEY && MAX_MODEL_LEN, 'run through tests/serve/run.sh');
+
+const client = new OpenAI({ baseURL: `${URL_MAIN}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+const messages = [{ role: 'user', content: 'Write one sentence about the sea.' }];
+
+// Runs `fn`, expects it to throw an OpenAI APIError with `status`, returns the error.
+async function expectApiError(status, fn) {
+  try {
+    await fn();
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, `expected an APIError, got ${e}`);
+    assert.equal(e.status, status, `status ${e.status}: ${e.message}`);
+    return e;
+  }
+  assert.fail(`expected HTTP ${status}`);
+}
+
+// Raw request; returns {status, headers, json}.
+async function raw(method, path, body, headers = {}) {
+  const res = await fetch(`${URL_MAIN}${path}`, {
+    method,
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+  });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, headers: res.headers, json, text };
+}
+
+function assertErrorShape(json) {
+  assert.ok(json && json.error, `not an OpenAI error: ${JSON.stringify(json)}`);
+  assert.equal(typeof json.error.message, 'string');
+  assert.equal(typeof json.error.type, 'string');
+  assert.ok('param' in json.error && 'code' in json.error);
+}
+
+async function metrics(url = URL_MAIN) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  // `name` is a regex source: a metric name, optionally followed by the start of its labels.
+  const value = (name) => {
+    const re = name.includes('{') ? `^${name}[^}]*\\} (\\S+)$` : `^${name}\\{[^}]*\\} (\\S+)$`;
+    const m = text.match(new RegExp(re, 'm'));
+    return m ? Number(m[1]) : NaN;
+  };
+  return { text, value };
+}
+
+function assertUsage(usage, maxTokens) {
+  assert.ok(usage.prompt_tokens > 0);
+  assert.ok(usage.completion_tokens > 0 && usage.completion_tokens <= maxTokens);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+}
+
+test('health and models', async () => {
+  assert.equal((await fetch(`${URL_MAIN}/health`)).status, 200);
+  const models = await client.models.list();
+  const ids = models.data.map((m) => m.id);
+  assert.deepEqual(ids, [MODEL]);
+});
+
+test('chat: non-stream and stream agree (greedy), usage is consistent', async () => {
+  const req = { model: MODEL, messages, max_tokens: 12, temperature: 0 };
+  const full = await client.chat.completions.create(req);
+  assert.equal(full.object, 'chat.completion');
+  assert.equal(full.model, MODEL);
+  assert.equal(full.choices.length, 1);
+  assert.equal(full.choices[0].message.role, 'assistant');
+  assert.equal(typeof full.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(full.choices[0].finish_reason));
+  assertUsage(full.usage, 12);
+
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  assert.equal(chunks[0].object, 'chat.completion.chunk');
+  assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+  const text = chunks.filter((c) => c.choices.length).map((c) => c.choices[0].delta.content ?? '').join('');
+  const finish = chunks.filter((c) => c.choices.length && c.choices[0].finish_reason);
+  assert.equal(finish.length, 1);
+  assert.equal(finish[0].choices[0].finish_reason, full.choices[0].finish_reason);
+  const last = chunks[chunks.length - 1];
+  assert.deepEqual(last.choices, []);
+  assert.deepEqual(last.usage, full.usage);
+  assert.equal(text, full.choices[0].message.content);
+  assert.ok(chunks.every((c) => c.id === chunks[0].id));
+});
+
+test('completions: non-stream and stream agree (greedy)', async () => {
+  const req = { model: MODEL, prompt: 'The quick brown fox', max_tokens: 10, temperature: 0 };
+  const full = await client.completions.create(req);
+  assert.equal(full.object, 'text_completion');
+  assertUsage(full.usage, 10);
+  const stream = await client.completions.create({ ...req, stream: true });
+  let text = '';
+  let finish = null;
+  for await (const c of stream) {
+    assert.equal(c.object, 'text_completion');
+    text += c.choices[0].text;
+    if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+  }
+  assert.equal(text, full.choices[0].text);
+  assert.equal(finish, full.choices[0].finish_reason);
+  // Token-id prompts are accepted too.
+  const ids = await client.completions.create({ model: MODEL, prompt: [5, 6, 7, 8], max_tokens: 3 });
+  assert.equal(ids.usage.prompt_tokens, 4);
+});
+
+test('8 concurrent requests all succeed, greedy outputs identical', async () => {
+  const reqs = Array.from({ length: 8 }, (_, i) =>
+    i % 2
+      ? client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 })
+      : client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 0 }));
+  const out = await Promise.all(reqs);
+  const comp = out.filter((_, i) => i % 2).map((r) => r.choices[0].text);
+  const chat = out.filter((_, i) => !(i % 2)).map((r) => r.choices[0].message.content);
+  assert.ok(comp.every((t) => t === comp[0]), JSON.stringify(comp));
+  assert.ok(chat.every((t) => t === chat[0]), JSON.stringify(chat));
+});
+
+test('a fixed seed gives the same text twice', async () => {
+  const req = { model: MODEL, prompt: 'Seeded sampling:', max_tokens: 16, temperature: 1.0, top_p: 0.95, seed: 1234 };
+  const a = await client.completions.create(req);
+  const b = await client.completions.create(req);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  assert.deepEqual(a.usage, b.usage);
+});
+
+test('stop sequences cut the text and finish with "stop"', async () => {
+  const req = { model: MODEL, prompt: 'Stop here:', max_tokens: 24, temperature: 0, ignore_eos: true };
+  const full = (await client.completions.create(req)).choices[0].text;
+  // A stop taken from the middle of the greedy text (a few characters, possibly spanning tokens).
+  const chars = [...full];
+  const at = Math.floor(chars.length / 2);
+  const stop = chars.slice(at, at + 3).join('');
+  const before = full.slice(0, full.indexOf(stop));
+  for (const stream of [false, true]) {
+    let text = '';
+    let finish = null;
+    if (stream) {
+      for await (const c of await client.completions.create({ ...req, stop: [stop], stream: true })) {
+        text += c.choices[0].text;
+        finish = c.choices[0].finish_reason ?? finish;
+      }
+    } else {
+      const r = await client.completions.create({ ...req, stop });
+      text = r.choices[0].text;
+      finish = r.choices[0].finish_reason;
+    }
+    assert.equal(text, before, `stop ${JSON.stringify(stop)} in ${JSON.stringify(full)}`);
+    assert.equal(finish, 'stop');
+  }
+});
+
+test('logprobs: chat and legacy completions formats', async () => {
+  const chat = await client.chat.completions.create({
+    model: MODEL, messages, max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 3,
+  });
+  const content = chat.choices[0].logprobs.content;
+  assert.equal(content.length, chat.usage.completion_tokens);
+  for (const e of content) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(e.logprob <= 0);
+    assert.ok(Array.isArray(e.bytes));
+    assert.equal(e.top_logprobs.length, 3);
+    // Greedy: the sampled token is the most likely one.
+    assert.ok(e.logprob >= e.top_logprobs[0].logprob - 1e-6);
+  }
+  const comp = await client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 4, logprobs: 2 });
+  const lp = comp.choices[0].logprobs;
+  assert.equal(lp.tokens.length, comp.usage.completion_tokens);
+  assert.equal(lp.token_logprobs.length, lp.tokens.length);
+  assert.equal(lp.top_logprobs.length, lp.tokens.length);
+  assert.equal(lp.text_offset[0], 0);
+});
+
+test('a stream aborted midway is cancelled and its memory freed', async () => {
+  const abortedBefore = (await metrics()).value(`gyre:request_success_total\\{model_name="${MODEL}",finished_reason="abort"`);
+  const controller = new AbortController();
+  const stream = await client.chat.completions.create(
+    { model: MODEL, messages, max_tokens: 900, ignore_eos: true, stream: true },
+    { signal: controller.signal },
+  );
+  let n = 0;
+  let finish = null;
+  try {
+    for await (const c of stream) {
+      if (c.choices[0]?.finish_reason) finish = c.choices[0].finish_reason;
+      if (++n === 4) controller.abort();
+    }
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
+  }
+  assert.ok(n >= 4);
+  assert.equal(finish, null, 'the stream ran to completion before the abort');
+  // The server cancels the request; the engine frees its pages and slot at its next step.
+  const deadline = Date.now() + 15_000;
+  let m;
+  for (;;) {
+    m = await metrics();
+    const aborted = m.value(`gyre:request_success_total\\{model_name="${MODEL}",finished_reason="abort"`);
+    if (aborted === abortedBefore + 1 && m.value('gyre:num_requests_running') === 0 &&
+        m.value('gyre:kv_cache_pages_used') === 0 && m.value('gyre:kda_state_slots_used') === 0) break;
+    assert.ok(Date.now() < deadline, `not cancelled or pools not released:\n${m.text}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(m.value('gyre:kv_cache_usage_perc'), 0);
+});
+
+test('metrics expose the vLLM-like names', async () => {
+  const { text } = await metrics();
+  for (const name of ['gyre:time_to_first_token_seconds_bucket', 'gyre:inter_token_latency_seconds_bucket',
+    'gyre:e2e_request_latency_seconds_count', 'gyre:prompt_tokens_total', 'gyre:generation_tokens_total',
+    'gyre:num_requests_running', 'gyre:num_requests_waiting', 'gyre:kv_cache_usage_perc',
+    'gyre:kda_state_slots_used', 'gyre:kda_state_slots_total', 'gyre:num_preemptions_total',
+    'gyre:request_success_total']) {
+    assert.ok(text.includes(name), name);
+  }
+  assert.match(text, /# TYPE gyre:time_to_first_token_seconds histogram/);
+});
+
+test('400: malformed JSON, bad field (named), context too long (with the numbers)', async () => {
+  const bad = await raw('POST', '/v1/chat/completions', '{"messages": [');
+  assert.equal(bad.status, 400);
+  assertErrorShape(bad.json);
+
+  const e = await expectApiError(400, () =>
+    client.chat.completions.create({ model: MODEL, messages, temperature: 7 }));
+  assert.equal(e.param, 'temperature');
+  assert.match(e.message, /temperature/);
+
+  await expectApiError(400, () => client.chat.completions.create({ model: MODEL, messages, n: 2 }));
+
+  const long = 'word '.repeat(MAX_MODEL_LEN + 50);
+  const c = await expectApiError(400, () => client.completions.create({ model: MODEL, prompt: long, max_tokens: 10 }));
+  assert.match(c.message, new RegExp(`maximum context length is ${MAX_MODEL_LEN} tokens`));
+  assert.match(c.message, /you requested (\d+) tokens \((\d+) in the prompt, 10 in the completion\)/);
+  const [, total, prompt] = c.message.match(/you requested (\d+) tokens \((\d+) in the prompt/);
+  assert.equal(Number(total), Number(prompt) + 10);
+  assert.equal(c.code, 'context_length_exceeded');
+});
+
+test('404 unknown model and route, 405 wrong method, 413 body too large', async () => {
+  const e = await expectApiError(404, () => client.chat.completions.create({ model: 'no-such-model', messages }));
+  assert.match(e.message, /no-such-model/);
+  const route = await raw('GET', '/v1/nothing');
+  assert.equal(route.status, 404);
+  assertErrorShape(route.json);
+  const method = await raw('GET', '/v1/completions');
+  assert.equal(method.status, 405);
+  assert.equal(method.headers.get('allow'), 'POST');
+  assertErrorShape(method.json);
+  const big = await raw('POST', '/v1/completions', JSON.stringify({ model: MODEL, prompt: 'x'.repeat(17 << 20) }));
+  assert.equal(big.status, 413);
+  assertErrorShape(big.json);
+});
+
+test('401 without the API key, 200 with it', async () => {
+  const none = new OpenAI({ baseURL: `${URL_AUTH}/v1`, apiKey: 'wrong-key', maxRetries: 0 });
+  const e = await expectApiError(401, () => none.models.list());
+  assert.equal(e.code, 'invalid_api_key');
+  const res = await fetch(`${URL_AUTH}/v1/models`);
+  assert.equal(res.status, 401);
+  assertErrorShape(await res.json());
+  const ok = new OpenAI({ baseURL: `${URL_AUTH}/v1`, apiKey: API_KEY, maxRetries: 0 });
+  const r = await ok.chat.completions.create({ model: MODEL, messages, max_tokens: 2 });
+  assert.equal(r.choices.length, 1);
+  assert.equal((await fetch(`${URL_AUTH}/health`)).status, 200);
+});
+
+test('429 with Retry-After when the queue is full', async () => {
+  const small = new OpenAI({ baseURL: `${URL_SMALLQ}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
+  const flood = Array.from({ length: 12 }, () =>
+    small.completions.create({ model: MODEL, prompt: 'flood', max_tokens: 64, ignore_eos: true }).then(
+      () => null, (e) => e));
+  const results = await Promise.all(flood);
+  const limited = results.filter((e) => e && e.status === 429);
+  assert.ok(limited.length > 0, 'no request was rejected with 429');
+  assert.equal(limited[0].headers.get('retry-after'), '1');
+  assert.ok(limited[0] instanceof OpenAI.RateLimitError);
+  assert.ok(results.some((e) => e === null), 'some requests must succeed');
+  assert.ok(results.every((e) => e === null || e.status === 429), String(results.find((e) => e && e.status !== 429)));
+});

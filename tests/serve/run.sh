@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Integration test of `gyre serve` with the official OpenAI Node client.
+# Usage: tests/serve/run.sh GYRE_BIN MODEL_DIR
+#
+# Starts three servers on loopback with --port 0 (main; --api-key; a one-request queue for 429),
+# waits for /health, runs openai_client.test.mjs with node:test, then stops the servers with
+# SIGTERM and checks that each exits 0 (graceful shutdown). Installs the pinned npm packages
+# (package-lock.json) with `npm ci` when node_modules is missing. Exit code: node's, or 1.
+set -u
+GYRE=$(realpath "$1")
+MODEL=$(realpath "$2")
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+TMP=$(mktemp -d)
+PIDS=()
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+if [ ! -d "$HERE/node_modules/openai" ]; then
+  (cd "$HERE" && npm ci --no-audit --no-fund --prefer-offline >"$TMP/npm.log" 2>&1) || {
+    echo "run.sh: npm ci failed:"; cat "$TMP/npm.log"; exit 1; }
+fi
+
+# start NAME ARGS...: starts a server, waits until it listens and answers /health; sets URL.
+start() {
+  local name=$1
+  shift
+  # Run from the repo root so the bundled chat template is found when the model has none.
+  (cd "$ROOT" && exec "$GYRE" serve --model "$MODEL" --host 127.0.0.1 --port 0 "$@") \
+    >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  local pid=$!
+  PIDS+=("$pid")
+  eval "PID_$name=$pid"
+  local port=""
+  for _ in $(seq 1 600); do
+    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.out" 2>/dev/null | sed 's/.*://')
+    [ -n "$port" ] && break
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "run.sh: server $name exited early:"; cat "$TMP/$name.out" "$TMP/$name.err"; exit 1
+    fi
+    sleep 0.1
+  done
+  [ -n "$port" ] || { echo "run.sh: server $name did not print its port"; cat "$TMP/$name.err"; exit 1; }
+  URL="http://127.0.0.1:$port"
+  # It prints the line once listening; /health confirms it serves.
+  node -e "fetch('$URL/health').then(r => process.exit(r.status === 200 ? 0 : 1), () => process.exit(1))" || {
+    echo "run.sh: server $name does not answer /health"; exit 1; }
+  echo "run.sh: $name: $(head -1 "$TMP/$name.out")"
+}
+
+MAX_MODEL_LEN=1024
+NAME=gyre-test-model
+KEY=test-key-123
+start main --served-model-name "$NAME" --max-model-len "$MAX_MODEL_LEN" --kv-memory 64M
+URL_MAIN=$URL
+start auth --served-model-name "$NAME" --api-key "$KEY" --kv-memory 16M --max-model-len 512
+URL_AUTH=$URL
+start smallq --served-model-name "$NAME" --max-num-seqs 1 --max-waiting 1 --kv-memory 16M --max-model-len 512
+URL_SMALLQ=$URL
+
+(cd "$HERE" && GYRE_URL=$URL_MAIN GYRE_URL_AUTH=$URL_AUTH GYRE_URL_SMALLQ=$URL_SMALLQ GYRE_MODEL_NAME=$NAME \
+  GYRE_API_KEY=$KEY GYRE_MAX_MODEL_LEN=$MAX_MODEL_LEN node --test --test-reporter=spec openai_client.test.mjs)
+rc=$?
+
+# Graceful shutdown: SIGTERM → exit 0 within a few seconds.
+for name in main auth smallq; do
+  eval "pid=\$PID_$name"
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "run.sh: FAIL server $name did not exit after SIGTERM"; rc=1
+  else
+    wait "$pid"
+    src=$?
+    if [ "$src" -ne 0 ]; then echo "run.sh: FAIL server $name exited $src after SIGTERM"; cat "$TMP/$name.err"; rc=1; fi
+  fi
+done
+[ "$rc" -eq 0 ] && echo "run.sh: all passed" || echo "run.sh: FAILED"
+exit "$rc"
