@@ -13,6 +13,9 @@
 #include "ops/kda.h"
 #include "ops/moe.h"
 #include "ops/reference.h"
+#ifdef GYRE_CUDA
+#include "ops/cuda/ops_cuda.h"
+#endif
 
 namespace gyre::ops {
 
@@ -64,8 +67,29 @@ std::string Label(const std::map<std::string, int64_t>& dims) {
 
 OpShape S(std::map<std::string, int64_t> dims) { return OpShape{Label(dims), std::move(dims)}; }
 
+// CUDA path (GYRE_CUDA builds): an op struct that has `static Status CudaRun(Inputs&,
+// std::vector<float>* out)` runs on the GPU for Backend::kCuda (src/ops/cuda/ops_cuda.h: device
+// copies, NaN-poisoned device outputs, copy back); every other op reports "not built" for cuda.
+template <typename Op>
+constexpr bool HasCuda() {
+#ifdef GYRE_CUDA
+  return requires(typename Op::Inputs& in, std::vector<float>* out) { Op::CudaRun(in, out); };
+#else
+  return false;
+#endif
+}
+
+template <typename Op>
+Status RunCuda([[maybe_unused]] typename Op::Inputs& in, [[maybe_unused]] std::vector<float>* out) {
+  if constexpr (HasCuda<Op>()) {
+    return Op::CudaRun(in, out);
+  } else {
+    return Status::Unimplemented("backend cuda is not built for this op");
+  }
+}
+
 // Each op struct provides: Inputs Make(dims, seed); void Cpu(Inputs&, std::vector<float>* out);
-// ref::Vec Ref(const Inputs&); Cost CostOf(dims).
+// ref::Vec Ref(const Inputs&); Cost CostOf(dims); optionally CudaRun (above).
 template <typename Op>
 OpSpec MakeSpec(std::string name, std::string tol_class, double tol, std::vector<OpShape> shapes) {
   OpSpec s;
@@ -75,16 +99,25 @@ OpSpec MakeSpec(std::string name, std::string tol_class, double tol, std::vector
   s.shapes = std::move(shapes);
   s.cost = [](const OpShape& sh) { return Op::CostOf(sh.dims); };
   s.check = [](const OpShape& sh, uint64_t seed, Backend b) -> Result<CheckResult> {
-    if (b != Backend::kCpu) return Status::Unimplemented("backend " + std::string(BackendName(b)) + " is not built");
+    if (b != Backend::kCpu && !HasCuda<Op>())
+      return Status::Unimplemented("backend " + std::string(BackendName(b)) + " is not built");
     auto in = Op::Make(sh.dims, seed);
     std::vector<float> out;
-    Op::Cpu(in, &out);
+    if (b == Backend::kCuda) {
+      GYRE_RETURN_IF_ERROR(RunCuda<Op>(in, &out));
+    } else {
+      Op::Cpu(in, &out);
+    }
     CheckResult r = CompareOut(out, Op::Ref(in));
     r.note = Op::Note(in, out);
     return r;
   };
   s.prepare = [](const OpShape& sh, uint64_t seed, Backend b, int rotate) -> Result<std::function<void()>> {
-    if (b != Backend::kCpu) return Status::Unimplemented("backend " + std::string(BackendName(b)) + " is not built");
+    if (b != Backend::kCpu) {
+      return Status::Unimplemented(HasCuda<Op>() ? "bench op: the cuda backend is timed by gyre_cuda_bench "
+                                                   "(scripts/gpu_check.sh), not through host copies"
+                                                 : "backend " + std::string(BackendName(b)) + " is not built");
+    }
     auto sets = std::make_shared<std::vector<typename Op::Inputs>>();
     for (int i = 0; i < std::max(rotate, 1); ++i) sets->push_back(Op::Make(sh.dims, seed + i));
     auto next = std::make_shared<size_t>(0);
@@ -122,6 +155,12 @@ struct LinearOp : NoNote {
     Linear(in.x.data(), in.n, in.w, out->data(), Numerics{});
   }
   static ref::Vec Ref(const Inputs& in) { return ref::Linear(in.x, in.n, in.w.data, in.w.rows, in.w.cols); }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.w.rows, kNaN);
+    return cuda::LinearF32OnDevice(in.x.data(), in.n, in.w.cols, in.w.data.data(), in.w.rows, out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double n = d.at("N"), i = d.at("IN"), o = d.at("OUT");
     return {2 * n * i * o, 4 * (n * i + i * o + n * o)};
@@ -255,6 +294,16 @@ struct KdaOp : NoNote {
     *out = o;
     out->insert(out->end(), st.begin(), st.end());
   }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    std::vector<float> st = in.state, o(in.t * in.h * in.dk, kNaN);
+    GYRE_RETURN_IF_ERROR(cuda::KdaOnDevice(kChunked, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                                           in.beta.data(), in.t, in.h, in.dk, st.data(), o.data()));
+    *out = o;
+    out->insert(out->end(), st.begin(), st.end());
+    return Status::Ok();
+  }
+#endif
   static ref::Vec Ref(const Inputs& in) {
     ref::Vec st(in.state.begin(), in.state.end());
     ref::Vec o = ref::Kda(in.q, in.k, in.v, in.g, in.beta, in.t, in.h, in.dk, &st);

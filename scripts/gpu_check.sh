@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The whole GPU check in one go (docs/cuda.md).
+#
+#   scripts/gpu_check.sh --pack     On the build machine, after
+#                                     cmake --preset cuda && cmake --build build/cuda -j2 --target gyre gyre_cuda_bench
+#                                   bundles gyre, gyre_cuda_bench and the shared libraries a plain CUDA image
+#                                   lacks (OpenBLAS, gfortran, utf8proc, ...) into build/gpu_pack (~15 MB).
+#   scripts/gpu_check.sh OUTDIR     On the GPU machine (build/gpu_pack carried along, or nvcc there):
+#                                   1. nvidia-smi snapshot                        -> OUTDIR/gpu_nvidia_smi.txt
+#                                   2. gyre verify ops --backend cuda (2 seeds)   -> OUTDIR/gpu_verify.json
+#                                   3. gyre_cuda_bench: self-check vs fp64, ceilings, decode, prefill
+#                                                                                 -> OUTDIR/gpu_kda_bench.json
+#                                   4. compute-sanitizer memcheck and racecheck on the verify shapes
+#                                                                                 -> OUTDIR/gpu_sanitizer.log
+#                                   and prints a short summary last. Exit 0 iff every check passed.
+# With no pack, it builds gyre_cuda_bench alone with nvcc (the full gyre needs the Debian -dev packages);
+# step 2 and 3 are then skipped.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PACK=$ROOT/build/gpu_pack
+
+# ---- pack mode (build machine) -------------------------------------------------------------------
+if [[ "${1:-}" == "--pack" ]]; then
+  set -e
+  BUILD=$ROOT/build/cuda
+  rm -rf "$PACK" && mkdir -p "$PACK/lib"
+  for b in gyre gyre_cuda_bench; do
+    strip --strip-debug -o "$PACK/$b" "$BUILD/$b"
+  done
+  # Everything ldd resolves except the C/C++ runtime and CUDA (the GPU image has newer ones).
+  ldd "$PACK/gyre" "$PACK/gyre_cuda_bench" | awk '/=>/ {print $1, $3}' | sort -u | while read -r name path; do
+    case "$name" in
+      libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcublas*|libcudart*) ;;
+      *) cp -L "$path" "$PACK/lib/$name" ;;
+    esac
+  done
+  (cd "$PACK/lib" && tar -cJf ../libs.tar.xz ./*) && rm -rf "$PACK/lib"
+  commit=$(git -C "$ROOT" rev-parse --short=12 HEAD)
+  git -C "$ROOT" diff --quiet HEAD -- src CMakeLists.txt 2>/dev/null || commit="$commit+dirty"
+  echo "$commit" > "$PACK/COMMIT"
+  du -sh "$PACK"/*
+  exit 0
+fi
+
+# ---- check mode (GPU machine) --------------------------------------------------------------------
+OUT=${1:?usage: scripts/gpu_check.sh OUTDIR | --pack}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+cd "$ROOT"
+COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
+
+# cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
+if ! ldconfig -p | grep -q 'libcublasLt.so.13'; then
+  lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+  [[ -n "$lt" ]] && export LD_LIBRARY_PATH=$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+GYRE="" BENCH=""
+if [[ -f "$PACK/libs.tar.xz" ]]; then
+  mkdir -p /tmp/gyre_pack_lib && tar -xJf "$PACK/libs.tar.xz" -C /tmp/gyre_pack_lib
+  export LD_LIBRARY_PATH=/tmp/gyre_pack_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  "$PACK/gyre" --help > /dev/null 2>&1 && GYRE=$PACK/gyre || { echo "packed gyre does not run:"; ldd "$PACK/gyre" | grep 'not found'; }
+  [[ -x "$PACK/gyre_cuda_bench" ]] && ! ldd "$PACK/gyre_cuda_bench" | grep -q 'not found' && BENCH=$PACK/gyre_cuda_bench
+fi
+if [[ -z "$BENCH" ]]; then
+  echo "== building gyre_cuda_bench with nvcc here"
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  objs=()
+  for f in src/ops/cuda/{sm90_kda_recurrent,sm90_kda_chunk,kda_cuda,cublaslt_gemm,kda_cuda_bench}.cu; do
+    o=/tmp/gyre_bench_$(basename "$f" .cu).o
+    "$NVCC" -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -c "$f" -o "$o" &
+    objs+=("$o")
+  done
+  wait
+  "$NVCC" -std=c++20 -O3 -Isrc src/core/status.cc "${objs[@]}" -lcublasLt -o /tmp/gyre_cuda_bench && BENCH=/tmp/gyre_cuda_bench
+fi
+
+# ---- 1. the card as found ----
+{ nvidia-smi; nvidia-smi --query-gpu=name,driver_version,pstate,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv; } \
+  > "$OUT/gpu_nvidia_smi.txt" 2>&1
+head -20 "$OUT/gpu_nvidia_smi.txt"
+
+status=0
+# ---- 2. verify ops on the GPU (fresh random inputs, two seeds) ----
+if [[ -n "$GYRE" ]]; then
+  echo "== gyre verify ops --backend cuda"
+  files=()
+  for seed in 1 $RANDOM$RANDOM; do
+    for op in linear kda.recurrent kda.chunk; do
+      f=/tmp/gyre_verify_${op}_$seed.json
+      timeout 60 "$GYRE" verify ops --backend cuda --op "$op" --seed "$seed" --json > "$f" || status=1
+      files+=("$f")
+    done
+  done
+  python3 - "$OUT/gpu_verify.json" "${files[@]}" <<'EOF'
+import json, sys
+runs = [json.load(open(f)) for f in sys.argv[2:]]
+checks = [dict(c, seed=r["seed"]) for r in runs for c in r["checks"]]
+json.dump({"backend": "cuda", "failed": sum(not c["pass"] for c in checks), "checks": checks}, open(sys.argv[1], "w"), indent=1)
+for c in checks:
+    print(f'  {"ok  " if c["pass"] else "FAIL"} {c["op"]:14s} {c["shape"]:22s} seed {c["seed"]:>10} rel-L2 {c["rel_l2"]} '
+          f'(tol {c["tolerance"]}) unwritten {c["num_unwritten"]} {c["error"]}')
+EOF
+else
+  echo "== no runnable gyre: verify ops and sanitizer skipped"
+  status=1
+fi
+
+# ---- 3. self-check, ceilings and microbenchmarks ----
+if [[ -n "$BENCH" ]]; then
+  echo "== gyre_cuda_bench"
+  timeout ${GYRE_BENCH_TIMEOUT:-240} "$BENCH" --out "$OUT" --commit "$COMMIT" ${GYRE_BENCH_ARGS:-} || status=1
+else
+  echo "== no gyre_cuda_bench"
+  status=1
+fi
+# ---- 4. memory errors and shared-memory races on the same shapes (all ops; non-CUDA ops skip) ----
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
+if [[ -n "$GYRE" && -n "$SAN" ]]; then
+  echo "== compute-sanitizer"
+  for tool in memcheck racecheck; do
+    echo "-- $tool" >> "$OUT/gpu_sanitizer.log"
+    timeout ${GYRE_SANITIZER_TIMEOUT:-120} "$SAN" --tool "$tool" --error-exitcode 9 "$GYRE" verify ops --backend cuda --seed 7 \
+      >> "$OUT/gpu_sanitizer.log" 2>&1
+    rc=$?
+    summary=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$OUT/gpu_sanitizer.log" | tail -1)
+    echo "   $tool: rc $rc; $summary"
+    [[ $rc -eq 9 || $rc -ge 124 || -z "$summary" ]] && status=1
+  done
+fi
+echo "== gpu_check: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
+exit $status

@@ -1,0 +1,56 @@
+// Linear layers through cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ, all row-major ([out, in] weights as
+// in HF checkpoints and the CPU backend's Matrix).
+//
+//   kF32:  fp32 x, w, y; FP32 compute (CUBLAS_COMPUTE_32F: TF32 is OFF, it is only ever used
+//          with the _FAST_TF32 compute types, which this file never asks for).
+//   kBf16: bf16 x, w, y; fp32 accumulate and scale.
+//
+// The algorithm is chosen once per (m, n, k, dtype) by cuBLASLt's heuristic and cached with its
+// descriptors, so a steady-state call is one cublasLtMatmul.
+// Thread safety: not thread-safe (one owner thread; calls may go to any stream, but the shared
+// workspace means calls on different streams must not overlap).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "core/status.h"
+#include "ops/cuda/device_buffer.h"
+
+struct cublasLtContext;
+
+namespace gyre::cuda {
+
+enum class GemmDType { kF32, kBf16 };
+
+class GemmLt {
+ public:
+  // Creates the cuBLASLt handle and a `workspace_bytes` device workspace.
+  static Result<std::unique_ptr<GemmLt>> Create(size_t workspace_bytes = 32u << 20);
+  ~GemmLt();
+  GemmLt(const GemmLt&) = delete;
+  GemmLt& operator=(const GemmLt&) = delete;
+
+  // Enqueues y = x·wᵀ on `stream` (no synchronization). REQUIRES: device pointers, 16-byte
+  // aligned. Returns InvalidArgument for non-positive sizes, Unimplemented when cuBLASLt has no
+  // algorithm for the shape, Internal on a cuBLAS error.
+  Status Run(GemmDType dtype, const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
+             cudaStream_t stream);
+
+  // Number of cached plans (one heuristic query each).
+  size_t num_plans() const { return plans_.size(); }
+
+ private:
+  struct Plan;
+  GemmLt() = default;
+
+  cublasLtContext* handle_ = nullptr;
+  DeviceBuffer workspace_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace gyre::cuda

@@ -1,0 +1,26 @@
+// Host-memory entry points of the CUDA kernels, for the op registry (`gyre verify ops --backend
+// cuda`). Plain C++: includes no CUDA header, so src/ops/registry.cc compiles with the host compiler.
+//
+// Each call copies its inputs to fresh device buffers, fills every device output with NaN (bytes
+// 0xFF) so that unwritten elements show up, runs the kernel on a private stream, synchronizes and
+// copies the results back. Returns the first CUDA error as Internal (with file:line), or the
+// kernel launcher's InvalidArgument. Slow by design (allocations and copies per call): for checks,
+// not for serving.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace gyre::cuda {
+
+// y[n, out] = x[n, in] · w[out, in]ᵀ in fp32 through cuBLASLt (TF32 off).
+Status LinearF32OnDevice(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y);
+
+// One sequence of t tokens, h heads, head size dk (K = V): q, k, v, g [t, h, dk]; beta [t, h];
+// state [h, dk, dk] in/out; o [t, h, dk] out. `chunked` picks the chunked (prefill) kernels,
+// otherwise the recurrent kernel runs all t tokens in one launch.
+Status KdaOnDevice(bool chunked, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                   int64_t t, int64_t h, int64_t dk, float* state, float* o);
+
+}  // namespace gyre::cuda
