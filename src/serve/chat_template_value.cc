@@ -1,6 +1,8 @@
 // Values of the chat template engine: conversion from JSON, printing, tojson, equality, ordering.
 #include "serve/chat_template_value.h"
 
+#include "tokenizer/unicode.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -229,23 +231,7 @@ uint32_t DecodeUtf8Char(std::string_view s, size_t offset, size_t length) {
   }
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void AppendUtf8(uint32_t cp, std::string* out) { tok::AppendUtf8(static_cast<char32_t>(cp), out); }
 
 // ---------------------------------------------------------------------------------------------
 // Printing
