@@ -1,6 +1,9 @@
 // KDA CPU implementation. Sections: conv; gate; helpers; chunked form; recurrent form; gated norm.
 #include "ops/kda.h"
 
+#include <cblas.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -110,7 +113,7 @@ void KdaChunked(const float* q, const float* k, const float* v, const float* g, 
     // NOTE: the decay factors e^{G_i − G_j} (j ≤ i) are computed once per chunk and shared by L and
     // A_qk, and e^{G_j} once per row: `exp` dominated this loop (3 evaluations per (i, j, d) before).
     std::vector<float> decay(chunk * chunk * K), eg(chunk * K);
-    std::vector<float> out(V);
+    std::vector<float> Vb(chunk * V), Kbe(chunk * K), Qe(chunk * K), Oc(chunk * V), Kd(chunk * K);
     for (int64_t c0 = 0; c0 < t; c0 += chunk) {
       const int64_t c = std::min(chunk, t - c0);
       const float* Q = &qh[c0 * K];
@@ -148,60 +151,49 @@ void KdaChunked(const float* q, const float* k, const float* v, const float* g, 
         }
       }
       for (int64_t i = 0; i < c; ++i) A[i * chunk + i] = 1.0f;
-      // U = A·(β⊙V), W = A·(β⊙K⊙e^G)
-      for (int64_t i = 0; i < c; ++i) {
-        for (int64_t x = 0; x < V; ++x) U[i * V + x] = 0;
-        for (int64_t d = 0; d < K; ++d) W[i * K + d] = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          const float a = A[i * chunk + j] * B[j];
-          if (a == 0) continue;
-          for (int64_t x = 0; x < V; ++x) U[i * V + x] += a * Vc[j * V + x];
-          for (int64_t d = 0; d < K; ++d) W[i * K + d] += a * Kc[j * K + d] * eg[j * K + d];
-        }
+      // The C×K×V products below are sgemm calls (row-major; nested inside the head loop, the
+      // OpenMP OpenBLAS runs them single-threaded).
+      const int ci = static_cast<int>(c), Ki = static_cast<int>(K), Vi = static_cast<int>(V),
+                ld = static_cast<int>(chunk);
+      // U = A·(β⊙V), W = A·(β⊙K⊙e^G)   (A is unit lower triangular, zero above the diagonal)
+      for (int64_t j = 0; j < c; ++j) {
+        for (int64_t x = 0; x < V; ++x) Vb[j * V + x] = B[j] * Vc[j * V + x];
+        for (int64_t d = 0; d < K; ++d) Kbe[j * K + d] = B[j] * Kc[j * K + d] * eg[j * K + d];
       }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ci, Vi, ci, 1.0f, A.data(), ld, Vb.data(), Vi, 0.0f,
+                  U.data(), Vi);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ci, Ki, ci, 1.0f, A.data(), ld, Kbe.data(), Ki, 0.0f,
+                  W.data(), Ki);
       // Ṽ = U − W·S
-      for (int64_t i = 0; i < c; ++i) {
-        for (int64_t x = 0; x < V; ++x) Vn[i * V + x] = U[i * V + x];
-        for (int64_t d = 0; d < K; ++d) {
-          const float wd = W[i * K + d];
-          const float* Srow = S + d * V;
-          for (int64_t x = 0; x < V; ++x) Vn[i * V + x] -= wd * Srow[x];
-        }
-      }
-      // Aqk (lower incl. diagonal).
+      std::copy(U.begin(), U.begin() + c * V, Vn.begin());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ci, Vi, Ki, -1.0f, W.data(), Ki, S, Vi, 1.0f, Vn.data(),
+                  Vi);
+      // Aqk (lower incl. diagonal, zero above).
       for (int64_t i = 0; i < c; ++i)
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j < c; ++j) {
           float a = 0;
-          const float* dij = &decay[(i * chunk + j) * K];
-          for (int64_t d = 0; d < K; ++d) a += Q[i * K + d] * Kc[j * K + d] * dij[d];
+          if (j <= i) {
+            const float* dij = &decay[(i * chunk + j) * K];
+            for (int64_t d = 0; d < K; ++d) a += Q[i * K + d] * Kc[j * K + d] * dij[d];
+          }
           Aqk[i * chunk + j] = a;
         }
       // O = (Q⊙e^G)·S + Aqk·Ṽ
-      for (int64_t i = 0; i < c; ++i) {
-        for (int64_t x = 0; x < V; ++x) out[x] = 0;
-        for (int64_t d = 0; d < K; ++d) {
-          const float qd = Q[i * K + d] * eg[i * K + d];
-          const float* Srow = S + d * V;
-          for (int64_t x = 0; x < V; ++x) out[x] += qd * Srow[x];
-        }
-        for (int64_t j = 0; j <= i; ++j) {
-          const float a = Aqk[i * chunk + j];
-          for (int64_t x = 0; x < V; ++x) out[x] += a * Vn[j * V + x];
-        }
-        float* orow = o + ((c0 + i) * H + h) * V;
-        for (int64_t x = 0; x < V; ++x) orow[x] = out[x];
-      }
+      for (int64_t r = 0; r < c * K; ++r) Qe[r] = Q[r] * eg[r];
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ci, Vi, Ki, 1.0f, Qe.data(), Ki, S, Vi, 0.0f, Oc.data(),
+                  Vi);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ci, Vi, ci, 1.0f, Aqk.data(), ld, Vn.data(), Vi, 1.0f,
+                  Oc.data(), Vi);
+      for (int64_t i = 0; i < c; ++i) std::memcpy(o + ((c0 + i) * H + h) * V, &Oc[i * V], V * sizeof(float));
       // S ← e^{G_c}⊙S + (K⊙e^{G_c − G})ᵀ·Ṽ
       const float* Gl = &G[(c - 1) * K];
       for (int64_t d = 0; d < K; ++d) {
-        float* Srow = S + d * V;
-        const float decay = std::exp(Gl[d]);
-        for (int64_t x = 0; x < V; ++x) Srow[x] *= decay;
-        for (int64_t r = 0; r < c; ++r) {
-          const float kd = Kc[r * K + d] * std::exp(Gl[d] - G[r * K + d]);
-          for (int64_t x = 0; x < V; ++x) Srow[x] += kd * Vn[r * V + x];
-        }
+        const float dec = std::exp(Gl[d]);
+        for (int64_t x = 0; x < V; ++x) S[d * V + x] *= dec;
       }
+      for (int64_t r = 0; r < c; ++r)
+        for (int64_t d = 0; d < K; ++d) Kd[r * K + d] = Kc[r * K + d] * std::exp(Gl[d] - G[r * K + d]);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Ki, Vi, ci, 1.0f, Kd.data(), Ki, Vn.data(), Vi, 1.0f, S, Vi);
     }
   }
 }
