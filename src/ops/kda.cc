@@ -83,6 +83,37 @@ void GatherHead(const float* src, int64_t t, int64_t heads, int64_t d, int64_t h
 }  // namespace
 
 // ---- chunked form --------------------------------------------------------------------------------
+
+void KdaChunkUtTransform(const float* k, const float* G, const float* beta, int64_t c, int64_t K, int64_t ld,
+                         const float* decay, float* A) {
+  // A = -L (strictly lower), then the row recurrence → (I + L)^{-1} - I, then + I.
+  for (int64_t i = 0; i < c; ++i) {
+    for (int64_t j = 0; j < c; ++j) {
+      float a = 0;
+      if (j < i) {
+        if (decay) {
+          const float* dij = &decay[(i * ld + j) * K];
+          for (int64_t d = 0; d < K; ++d) a += k[i * K + d] * k[j * K + d] * dij[d];
+        } else {
+          for (int64_t d = 0; d < K; ++d) a += k[i * K + d] * k[j * K + d] * std::exp(G[i * K + d] - G[j * K + d]);
+        }
+        a = -beta[i] * a;
+      }
+      A[i * ld + j] = a;
+    }
+  }
+  std::vector<float> row(c);
+  for (int64_t i = 1; i < c; ++i) {
+    // row_i[:i] += row_i[:i] · A[:i, :i]  (rows < i already final; uses the original row_i)
+    std::copy(A + i * ld, A + i * ld + i, row.begin());
+    for (int64_t j = 0; j < i; ++j) {
+      float acc = row[j];
+      for (int64_t m = j + 1; m < i; ++m) acc += row[m] * A[m * ld + j];
+      A[i * ld + j] = acc;
+    }
+  }
+  for (int64_t i = 0; i < c; ++i) A[i * ld + i] = 1.0f;
+}
 //
 // Per head and chunk of c ≤ C rows (G = in-chunk cumsum of g, rows r; all fp32):
 //   A = (I + L)⁻¹ with L[i,j] = β_i Σ_d k_i k_j e^{G_i − G_j} (i > j), by forward substitution
@@ -129,28 +160,7 @@ void KdaChunked(const float* q, const float* k, const float* v, const float* g, 
           float* dij = &decay[(i * chunk + j) * K];
           for (int64_t d = 0; d < K; ++d) dij[d] = std::exp(G[i * K + d] - G[j * K + d]);
         }
-      // A = -L (strictly lower), then row recurrence → (I + L)^{-1} - I, then + I.
-      for (int64_t i = 0; i < c; ++i) {
-        for (int64_t j = 0; j < c; ++j) {
-          float a = 0;
-          if (j < i) {
-            const float* dij = &decay[(i * chunk + j) * K];
-            for (int64_t d = 0; d < K; ++d) a += Kc[i * K + d] * Kc[j * K + d] * dij[d];
-            a = -B[i] * a;
-          }
-          A[i * chunk + j] = a;
-        }
-      }
-      for (int64_t i = 1; i < c; ++i) {
-        // row_i[:i] += row_i[:i] · A[:i, :i]  (rows < i already final)
-        std::vector<float> row(A.begin() + i * chunk, A.begin() + i * chunk + i);
-        for (int64_t j = 0; j < i; ++j) {
-          float acc = row[j];
-          for (int64_t m = j + 1; m < i; ++m) acc += row[m] * A[m * chunk + j];
-          A[i * chunk + j] = acc;
-        }
-      }
-      for (int64_t i = 0; i < c; ++i) A[i * chunk + i] = 1.0f;
+      KdaChunkUtTransform(Kc, G.data(), B, c, K, chunk, decay.data(), A.data());
       // The C×K×V products below are sgemm calls (row-major; nested inside the head loop, the
       // OpenMP OpenBLAS runs them single-threaded).
       const int ci = static_cast<int>(c), Ki = static_cast<int>(K), Vi = static_cast<int>(V),

@@ -42,6 +42,13 @@ void KdaGate(const float* f, int64_t t, KdaShape s, std::span<const float> dt_bi
 void KdaChunked(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t t,
                 KdaShape s, float* state, float* o, int64_t chunk = 64);
 
+// The UT transform of one chunk: A = (I + L)⁻¹ with L[i,j] = β_i Σ_d k_i[d] k_j[d] e^{G_i[d] − G_j[d]}
+// (i > j), by forward substitution. k, G: [c, K] (k normalized, G the in-chunk cumulative gate);
+// A: [c, ld] written, unit lower triangular, zero above the diagonal. `decay` [c, ld, K] holds
+// e^{G_i − G_j} for j <= i when the caller already has it; null computes it inline.
+void KdaChunkUtTransform(const float* k, const float* G, const float* beta, int64_t c, int64_t K, int64_t ld,
+                         const float* decay, float* A);
+
 // Recurrent KDA (decode), same arguments; processes tokens one by one.
 void KdaRecurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t t,
                   KdaShape s, float* state, float* o);

@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "ops/basic.h"
+#include "ops/kda.h"
 
 namespace gyre::parallel {
 
@@ -96,25 +97,8 @@ void HeadTransition(const float* qh, const float* kh, const float* gh, const flo
     const float* B = bh + c0;
     for (int64_t r = 0; r < c; ++r)
       for (int64_t d = 0; d < K; ++d) G[r * K + d] = gh[(c0 + r) * K + d] + (r ? G[(r - 1) * K + d] : 0.0f);
-    // A = (I + L)⁻¹ by the row recurrence of ops::KdaChunked.
-    for (int64_t i = 0; i < c; ++i)
-      for (int64_t j = 0; j < c; ++j) {
-        float a = 0;
-        if (j < i) {
-          for (int64_t d = 0; d < K; ++d) a += Kc[i * K + d] * Kc[j * K + d] * std::exp(G[i * K + d] - G[j * K + d]);
-          a = -B[i] * a;
-        }
-        A[i * chunk + j] = a;
-      }
-    for (int64_t i = 1; i < c; ++i) {
-      std::vector<float> row(A.begin() + i * chunk, A.begin() + i * chunk + i);
-      for (int64_t j = 0; j < i; ++j) {
-        float acc = row[j];
-        for (int64_t mm = j + 1; mm < i; ++mm) acc += row[mm] * A[mm * chunk + j];
-        A[i * chunk + j] = acc;
-      }
-    }
-    for (int64_t i = 0; i < c; ++i) A[i * chunk + i] = 1.0f;
+    // A = (I + L)⁻¹, exactly as ops::KdaChunked computes it.
+    ops::KdaChunkUtTransform(Kc, G.data(), B, c, K, chunk, nullptr, A.data());
     // W = A·(β⊙K⊙e^G)
     for (int64_t i = 0; i < c; ++i) {
       for (int64_t d = 0; d < K; ++d) W[i * K + d] = 0;
