@@ -17,18 +17,20 @@
 # step 2 and 3 are then skipped.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PACK=$ROOT/build/gpu_pack
+PACK=${GYRE_PACK_DIR:-$ROOT/build/gpu_pack}  # GYRE_PACK_DIR: another folder under the repo (for carry)
 
 # ---- pack mode (build machine) -------------------------------------------------------------------
 if [[ "${1:-}" == "--pack" ]]; then
   set -e
   BUILD=$ROOT/build/cuda
   rm -rf "$PACK" && mkdir -p "$PACK/lib"
-  for b in gyre gyre_cuda_bench; do
+  bins=(gyre gyre_cuda_bench)
+  for f in "$BUILD"/gyre_*_bench; do [[ -x "$f" ]] && bins+=("$(basename "$f")"); done
+  for b in "${bins[@]}"; do
     strip --strip-debug -o "$PACK/$b" "$BUILD/$b"
   done
   # Everything ldd resolves except the C/C++ runtime and CUDA (the GPU image has newer ones).
-  ldd "$PACK/gyre" "$PACK/gyre_cuda_bench" | awk '/=>/ {print $1, $3}' | sort -u | while read -r name path; do
+  (cd "$PACK" && ldd "${bins[@]}") | awk '/=>/ {print $1, $3}' | sort -u | while read -r name path; do
     case "$name" in
       libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcublas*|libcudart*) ;;
       *) cp -L "$path" "$PACK/lib/$name" ;;
@@ -49,6 +51,11 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
+# Steps to run (comma list): verify (ops), model (fixture parity), kda (gyre_cuda_bench), mla, moe
+# (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
+# the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
+STEPS=${GYRE_CHECK_STEPS:-verify,model,kda,mla,moe,sanitizer,modelbench,hf}
+has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
 if ! ldconfig -p | grep -q 'libcublasLt.so.13'; then
@@ -83,15 +90,13 @@ head -20 "$OUT/gpu_nvidia_smi.txt"
 
 status=0
 # ---- 2. verify ops on the GPU (fresh random inputs, two seeds) ----
-if [[ -n "$GYRE" ]]; then
-  echo "== gyre verify ops --backend cuda"
+if [[ -n "$GYRE" ]] && has_step verify; then
+  echo "== gyre verify ops --backend cuda (every op)"
   files=()
   for seed in 1 $RANDOM$RANDOM; do
-    for op in linear kda.recurrent kda.chunk; do
-      f=/tmp/gyre_verify_${op}_$seed.json
-      timeout 60 "$GYRE" verify ops --backend cuda --op "$op" --seed "$seed" --json > "$f" || status=1
-      files+=("$f")
-    done
+    f=/tmp/gyre_verify_$seed.json
+    timeout 120 "$GYRE" verify ops --backend cuda --seed "$seed" --json > "$f" || status=1
+    files+=("$f")
   done
   python3 - "$OUT/gpu_verify.json" "${files[@]}" <<'EOF'
 import json, sys
@@ -102,13 +107,38 @@ for c in checks:
     print(f'  {"ok  " if c["pass"] else "FAIL"} {c["op"]:14s} {c["shape"]:22s} seed {c["seed"]:>10} rel-L2 {c["rel_l2"]} '
           f'(tol {c["tolerance"]}) unwritten {c["num_unwritten"]} {c["error"]}')
 EOF
-else
-  echo "== no runnable gyre: verify ops and sanitizer skipped"
+elif [[ -z "$GYRE" ]]; then
+  echo "== no runnable gyre: verify ops, model parity and sanitizer skipped"
   status=1
 fi
 
+# ---- 2b. the GPU model vs the transformers goldens and the CPU engine, every fixture ----
+if [[ -n "$GYRE" ]] && has_step model; then
+  echo "== gyre verify model --backend cuda"
+  for fx in glm5_tiny glm5_flat kimi_tiny; do
+    timeout 120 "$GYRE" verify model --backend cuda --model "tests/fixtures/$fx" --json > "/tmp/gyre_parity_$fx.json" \
+      || status=1
+  done
+  python3 - "$OUT/gpu_parity.json" /tmp/gyre_parity_*.json <<'EOF2'
+import json, sys
+reps = []
+for f in sys.argv[2:]:
+    try:
+        reps.append(json.load(open(f)))
+    except Exception as e:  # an error exit leaves no JSON
+        reps.append({"file": f, "error": str(e), "pass": False})
+json.dump({"backend": "cuda", "failed": sum(not r.get("pass") for r in reps), "fixtures": reps}, open(sys.argv[1], "w"), indent=1)
+for r in reps:
+    if "error" in r:
+        print("  FAIL", r["file"], r["error"]); continue
+    print(f'  {"ok  " if r["pass"] else "FAIL"} {r["model"]}: golden logits rel-L2 {r["golden_logits"]["rel_l2"]:.2e}, '
+          f'cpu {r["cpu_logits"]["rel_l2"]:.2e}, greedy golden {r["greedy"]["match_golden"]} cpu {r["greedy"]["match_cpu"]}, '
+          f'ragged {r["ragged_batch"]["worst_rel_l2"]:.2e}')
+EOF2
+fi
+
 # ---- 3. self-check, ceilings and microbenchmarks ----
-if [[ -n "$BENCH" ]]; then
+if [[ -n "$BENCH" ]] && has_step kda; then
   echo "== gyre_cuda_bench"
   timeout ${GYRE_BENCH_TIMEOUT:-240} "$BENCH" --out "$OUT" --commit "$COMMIT" ${GYRE_BENCH_ARGS:-} || status=1
 else
@@ -117,7 +147,7 @@ else
 fi
 # ---- 4. memory errors and shared-memory races on the same shapes (all ops; non-CUDA ops skip) ----
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
-if [[ -n "$GYRE" && -n "$SAN" ]]; then
+if [[ -n "$GYRE" && -n "$SAN" ]] && has_step sanitizer; then
   echo "== compute-sanitizer"
   for tool in memcheck racecheck; do
     echo "-- $tool" >> "$OUT/gpu_sanitizer.log"
@@ -128,6 +158,25 @@ if [[ -n "$GYRE" && -n "$SAN" ]]; then
     echo "   $tool: rc $rc; $summary"
     [[ $rc -eq 9 || $rc -ge 124 || -z "$summary" ]] && status=1
   done
+fi
+# ---- 5. microbenchmarks of the MLA/DSA and MoE kernels ----
+for b in mla moe; do
+  exe=$PACK/gyre_${b}_cuda_bench
+  if has_step "$b" && [[ -x "$exe" ]]; then
+    echo "== gyre_${b}_cuda_bench"
+    timeout ${GYRE_BENCH_TIMEOUT:-240} "$exe" --out "$OUT" || status=1
+  fi
+done
+# ---- 6. the 4-layer model (3 KDA + 1 DSA, default shapes, random bf16 weights), then transformers ----
+if [[ -n "$GYRE" ]] && has_step modelbench; then
+  echo "== gyre bench model --backend cuda"
+  timeout ${GYRE_MODEL_BENCH_TIMEOUT:-300} "$GYRE" bench model --backend cuda --config bench/configs/glm5_next_4layer.json \
+    --random-weights --batches 1,16,64,256 --context 1024 --steps 32 --out "$OUT/gpu_model_bench.json" || status=1
+fi
+if has_step hf; then
+  echo "== transformers on the same config"
+  PYTHONUNBUFFERED=1 timeout ${GYRE_HF_TIMEOUT:-300} python3 tools/bench/hf_glm5_next_bench.py \
+    --config bench/configs/glm5_next_4layer.json --out "$OUT/hf_model_bench.json" || echo "   (transformers run failed or timed out)"
 fi
 echo "== gpu_check: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
 exit $status

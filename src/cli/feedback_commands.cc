@@ -18,6 +18,10 @@
 #include "model/random_weights.h"
 #include "parallel/verify_parallel.h"
 #include "runtime/model.h"
+#ifdef GYRE_CUDA
+#include "feedback/cuda_benchmark.h"
+#include "runtime/cuda_parity.h"
+#endif
 
 namespace gyre::cli {
 
@@ -129,6 +133,39 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
         std::fputs(rep.Human().c_str(), stdout);
       }
       return rep.num_failed() == 0 ? 0 : 1;
+    };
+  });
+
+  struct ModelVerifyArgs {
+    std::string model, backend = "cuda";
+    double tol = 1e-4;
+    bool json = false;
+  };
+  auto mva = std::make_shared<ModelVerifyArgs>();
+  auto* vmod = verify->add_subcommand("model", "the GPU model vs the goldens and the CPU engine (fixture folder)");
+  vmod->add_option("--model", mva->model, "fixture folder with golden_fp32.safetensors")->required();
+  vmod->add_option("--backend", mva->backend, "cuda")->check(CLI::IsMember({"cuda"}));
+  vmod->add_option("--tol", mva->tol, "rel-L2 tolerance (default 1e-4, fp32)");
+  vmod->add_flag("--json", mva->json);
+  vmod->callback([mva, runner] {
+    *runner = [mva] {
+#ifdef GYRE_CUDA
+      auto rep = CheckCudaParity(mva->model, mva->tol);
+      if (!rep) return Fail(rep.status());
+      if (mva->json) {
+        std::printf("%s\n", rep->dump(2).c_str());
+      } else {
+        const auto& r = *rep;
+        std::printf("%s: golden logits rel-L2 %.2e, cpu logits rel-L2 %.2e, greedy %s golden / %s cpu, ragged steps "
+                    "rel-L2 %.2e -> %s\n",
+                    mva->model.c_str(), r["golden_logits"]["rel_l2"].get<double>(), r["cpu_logits"]["rel_l2"].get<double>(),
+                    r["greedy"]["match_golden"].get<bool>() ? "==" : "!=", r["greedy"]["match_cpu"].get<bool>() ? "==" : "!=",
+                    r["ragged_batch"]["worst_rel_l2"].get<double>(), r["pass"].get<bool>() ? "PASS" : "FAIL");
+      }
+      return (*rep)["pass"].get<bool>() ? 0 : 1;
+#else
+      return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
+#endif
     };
   });
 
@@ -306,8 +343,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
     };
   });
   struct BenchModelArgs {
-    std::string model, config, batches = "1,4,16", out = "-", trace, ceilings;
-    int64_t prompt_len = 256, context = 128, steps = 16;
+    std::string model, config, batches = "1,4,16", out = "-", trace, ceilings, backend = "cpu", weights = "bf16";
+    std::string prompt_lens = "4096,32768";
+    int64_t prompt_len = 256, context = 128, steps = 16, prefill_chunk = 8192, project_layers = 45;
     int repeats = 3;
     uint64_t seed = 1;
     bool random_flag = false;
@@ -326,8 +364,54 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   bmod->add_option("--trace", bm->trace, "write Chrome traces PREFIX.prefill.json / PREFIX.decode.json");
   bmod->add_option("--ceilings", bm->ceilings);
   bmod->add_option("--out", bm->out, "result JSON (default stdout)");
+  bmod->add_option("--backend", bm->backend, "cpu (default) or cuda (with --config: weights built on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  bmod->add_option("--weights", bm->weights, "cuda: bf16 (default) or f32 GEMM weights")
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  bmod->add_option("--prompt-lens", bm->prompt_lens, "cuda: prefill prompt lengths (default 4096,32768)");
+  bmod->add_option("--prefill-chunk", bm->prefill_chunk, "cuda: tokens per prefill step (default 8192)");
+  bmod->add_option("--project-layers", bm->project_layers, "cuda: project the step to N layers (0: off)");
   bmod->callback([bm, runner] {
     *runner = [bm] {
+      if (bm->backend == "cuda") {
+#ifdef GYRE_CUDA
+        if (bm->config.empty()) return Fail(Status::InvalidArgument("--backend cuda needs --config FILE (random weights)"));
+        std::ifstream f(bm->config);
+        if (!f) return Fail(Status::NotFound("cannot open " + bm->config));
+        std::stringstream text;
+        text << f.rdbuf();
+        auto cfg = ParseModelConfig(text.str());
+        if (!cfg) return Fail(cfg.status().WithContext(bm->config));
+        auto batches = ParseList(bm->batches);
+        if (!batches) return Fail(batches.status());
+        auto lens = ParseList(bm->prompt_lens);
+        if (!lens) return Fail(lens.status());
+        CudaBenchOptions o;
+        o.batches = *batches;
+        o.prompt_lens = *lens;
+        o.context = bm->context;
+        o.steps = bm->steps;
+        o.prefill_chunk = bm->prefill_chunk;
+        o.seed = bm->seed;
+        o.bf16 = bm->weights == "bf16";
+        o.project_layers = bm->project_layers;
+        auto j = BenchCudaModel(*cfg, o);
+        if (!j) return Fail(j.status());
+        (*j)["config_file"] = bm->config;
+        (*j)["config"] = nlohmann::json::parse(text.str());
+        for (const auto& p : (*j)["prefill"])
+          std::fprintf(stderr, "prefill %6lld tokens: %.0f tokens/s\n", static_cast<long long>(p["prompt_tokens"].get<int64_t>()),
+                       p["tokens_per_s"].get<double>());
+        for (const auto& d : (*j)["decode"])
+          std::fprintf(stderr, "decode batch %4lld: %.1f tokens/s, step %.3f ms, %.1f%% of the bandwidth roofline\n",
+                       static_cast<long long>(d["batch"].get<int64_t>()), d["tokens_per_s"].get<double>(),
+                       d["step_ms_median"].get<double>(), d["pct_of_roofline"].get<double>());
+        Status s = WriteOut(bm->out, *j);
+        return s.ok() ? 0 : Fail(s);
+#else
+        return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
+#endif
+      }
       nlohmann::json meta;
       auto model = ModelFrom(bm->model, bm->config, bm->seed, ActDType::kF32, &meta);
       if (!model) return Fail(model.status());

@@ -35,16 +35,23 @@ GemmLt::~GemmLt() {
 }
 
 Status GemmLt::Run(GemmDType dtype, const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, int64_t ldx, int64_t ldy) {
   if (m <= 0 || n <= 0 || k <= 0) return Status::InvalidArgument("gemm: sizes must be positive");
+  if (ldx == 0) ldx = k;
+  if (ldy == 0) ldy = n;
+  if (ldx < k || ldy < n) return Status::InvalidArgument("gemm: row strides must be at least k and n");
+  const int64_t in_b = GemmInBytes(dtype), out_b = dtype == GemmDType::kBf16 ? 2 : 4;
+  if ((ldx * in_b) % 16 != 0 || (ldy * out_b) % 16 != 0)
+    return Status::InvalidArgument("gemm: row strides must be multiples of 16 bytes");
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (!aligned(x) || !aligned(w) || !aligned(y)) return Status::InvalidArgument("gemm: pointers must be 16-byte aligned");
-  const auto key = std::make_tuple(m, n, k, static_cast<int>(dtype));
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(dtype), ldx, ldy);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     // ---- one heuristic query per shape ----
     auto plan = std::make_unique<Plan>();
     const cudaDataType_t t = dtype == GemmDType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+    const cudaDataType_t out_t = dtype == GemmDType::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
     GYRE_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
     GYRE_CUDA_RETURN_IF_ERROR(
@@ -52,8 +59,8 @@ Status GemmLt::Run(GemmDType dtype, const void* x, const void* w, void* y, int64
     GYRE_CUDA_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
     GYRE_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, t, k, n, k));
-    GYRE_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, t, k, m, k));
-    GYRE_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, t, n, m, n));
+    GYRE_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, t, k, m, ldx));
+    GYRE_CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, out_t, n, m, ldy));
     cublasLtMatmulPreference_t pref = nullptr;
     GYRE_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = workspace_.bytes();

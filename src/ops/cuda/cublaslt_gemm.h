@@ -4,8 +4,9 @@
 //   kF32:  fp32 x, w, y; FP32 compute (CUBLAS_COMPUTE_32F: TF32 is OFF, it is only ever used
 //          with the _FAST_TF32 compute types, which this file never asks for).
 //   kBf16: bf16 x, w, y; fp32 accumulate and scale.
+//   kBf16F32: bf16 x, w; fp32 y (the model's linear layers: bf16 operands, fp32 activations out).
 //
-// The algorithm is chosen once per (m, n, k, dtype) by cuBLASLt's heuristic and cached with its
+// The algorithm is chosen once per (m, n, k, dtype, strides) by cuBLASLt's heuristic and cached with its
 // descriptors, so a steady-state call is one cublasLtMatmul.
 // Thread safety: not thread-safe (one owner thread; calls may go to any stream, but the shared
 // workspace means calls on different streams must not overlap).
@@ -25,7 +26,10 @@ struct cublasLtContext;
 
 namespace gyre::cuda {
 
-enum class GemmDType { kF32, kBf16 };
+enum class GemmDType { kF32, kBf16, kBf16F32 };
+
+// Bytes of one element of x / w for `t` (fp32 or bf16).
+inline int64_t GemmInBytes(GemmDType t) { return t == GemmDType::kF32 ? 4 : 2; }
 
 class GemmLt {
  public:
@@ -38,8 +42,9 @@ class GemmLt {
   // Enqueues y = x·wᵀ on `stream` (no synchronization). REQUIRES: device pointers, 16-byte
   // aligned. Returns InvalidArgument for non-positive sizes, Unimplemented when cuBLASLt has no
   // algorithm for the shape, Internal on a cuBLAS error.
+  // `ldx` / `ldy`: row strides of x and y in elements (0 = dense: k and n).
   Status Run(GemmDType dtype, const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
-             cudaStream_t stream);
+             cudaStream_t stream, int64_t ldx = 0, int64_t ldy = 0);
 
   // Number of cached plans (one heuristic query each).
   size_t num_plans() const { return plans_.size(); }
@@ -50,7 +55,7 @@ class GemmLt {
 
   cublasLtContext* handle_ = nullptr;
   DeviceBuffer workspace_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace gyre::cuda

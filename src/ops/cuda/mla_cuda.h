@@ -1,0 +1,86 @@
+// MLA (NoPE, absorbed) attention and the DSA indexer on the GPU, over a paged per-layer cache
+// (docs/model-glm5-next.md §5, docs/model-kda-kimi-linear.md §2.4). Each function computes
+// exactly the function of the CPU op named beside it (src/ops/attention.h), in fp32.
+//
+// Cache layout. Each attention layer owns separate row tensors (fp32, one row per token slot):
+// latent [rows, R], k_rot [rows, rope] (kimi only), indexer key k_I [rows, di], pool gate γ
+// [rows, di] and pooled keys [rows, di]. Token j of batch row b lives at physical row
+//   block_table[b * max_pages + j / page_tokens] * page_tokens + j % page_tokens.
+// The pooled key K̄_p of pool p (tokens [p·m, p·m + m)) is stored in the pooled-key tensor at the
+// row of token p·m + m − 1 (the pool's last token), so pooled keys are paged like everything else.
+//
+// A step's query tokens are described by a PagedBatch (device arrays, so a decode step can be
+// captured in a CUDA graph and replayed with new contents): token i belongs to batch row
+// tok_seq[i] and sits at absolute position tok_pos[i]; it sees keys 0..tok_pos[i] of its row.
+// A token with tok_seq[i] < 0 is padding: skipped, outputs zero / empty selections.
+//
+// Conventions: device pointers; sizes validated before any launch (InvalidArgument); enqueue on
+// `stream`, launches checked, no synchronization, no allocation.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "ops/cuda/dmat.h"
+
+namespace gyre::cuda {
+
+struct PagedBatch {
+  const int32_t* tok_seq = nullptr;      // [num_tokens]
+  const int32_t* tok_pos = nullptr;      // [num_tokens]
+  const int32_t* block_table = nullptr;  // [num_seqs, max_pages]
+  int64_t num_tokens = 0, num_seqs = 0, max_pages = 0, page_tokens = 0;
+  int64_t max_context = 0;  // upper bound on tok_pos + 1 over the batch (sizes grids/workspaces)
+};
+
+// Writes src row i (width floats, row stride ld_src) into `cache` (row stride `width`) at the
+// physical row of (tok_seq[i], tok_pos[i]).
+Status CacheWrite(const float* src, int64_t ld_src, int64_t width, const PagedBatch& b, float* cache,
+                  cudaStream_t stream);
+
+// ops::PoolKey for every pool completed by this step's tokens: for each token i with
+// (tok_pos[i] + 1) % m == 0, pool p = (tok_pos[i] + 1)/m − 1 is reduced from the k_I and γ rows
+// of its m tokens (already written) with ape [m, di], and K̄_p written to pool_keys at the row of
+// tok_pos[i].
+Status IndexerPoolKeys(const float* idx_k, const float* gamma, const float* ape, int64_t m, int64_t di,
+                       const PagedBatch& b, float* pool_keys, cudaStream_t stream);
+
+struct IndexerDims {
+  int64_t num_heads = 0, head_dim = 0;
+  int64_t kpool = 1;  // m
+  int64_t topk = 0;   // token budget K (K/m pools)
+  bool tail = true;
+};
+// Capacity of one token's selection list: topk + m − 1 (the chosen pools' tokens plus the tail).
+inline int64_t IndexerSelCap(const IndexerDims& d) { return d.topk + d.kpool - 1; }
+
+size_t IndexerWorkspaceBytes(const IndexerDims& d, int64_t num_tokens, int64_t max_context);
+
+// ops::IndexerSelect for every token of the batch: q_idx [num_tokens, Hi, di], w [num_tokens, Hi]
+// (head weights incl. Hi^{-1/2}); scores over the complete pools visible to the token, top
+// min(K/m, #candidates) pools (higher score first, equal → lower pool index), plus the tail.
+// Writes sel [num_tokens, IndexerSelCap] token positions, ascending, and sel_count [num_tokens].
+Status IndexerSelect(const float* q_idx, const float* w, const float* pool_keys, const IndexerDims& d,
+                     const PagedBatch& b, int32_t* sel, int32_t* sel_count, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream);
+
+struct MlaDims {
+  int64_t num_heads = 0, nope = 0, rope = 0, v = 0, kv_lora = 0;
+  float scale = 1.0f;  // qk_head_dim^{-1/2}
+};
+
+size_t MlaWorkspaceBytes(const MlaDims& d, int64_t num_tokens, int64_t max_context);
+
+// ops::MlaAttention in the absorbed form for every token of the batch:
+//   q [num_tokens, H, nope + rope]; latent [rows, R]; krot [rows, rope] (null when rope == 0);
+//   kv_b [H·(nope + v), R] (fp32 or bf16); out [num_tokens, H·v].
+// Keys: causal (all j <= tok_pos[i]) when sel is null, else the sel_count[i] positions of
+// sel[i * sel_cap ...].
+Status MlaAttention(const float* q, const float* latent, const float* krot, const DMat& kv_b, const MlaDims& d,
+                    const PagedBatch& b, const int32_t* sel, const int32_t* sel_count, int64_t sel_cap, float* out,
+                    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace gyre::cuda

@@ -1,0 +1,1175 @@
+// CudaModel. Sections: small kernels (random init, casts, scaled copies); device weights (layout,
+// builder from host or random); pools and step scratch; sequences; the step (upload, layers,
+// head); CUDA graphs for decode steps; public API.
+#include "runtime/cuda_model.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <string>
+
+#include "core/dtype.h"
+#include "ops/cuda/cublaslt_gemm.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/device_buffer.h"
+#include "ops/cuda/dmat.h"
+#include "ops/cuda/elementwise_cuda.h"
+#include "ops/cuda/kda_cuda.h"
+#include "ops/cuda/mla_cuda.h"
+#include "ops/cuda/moe_cuda.h"
+
+namespace gyre {
+
+using cuda::DeviceBuffer;
+using cuda::DMat;
+
+namespace {
+
+// ---- small kernels -------------------------------------------------------------------------------
+
+enum class Dist : int { kNormal = 0, kUniform = 1, kLog1p15U = 2 };
+struct Init {
+  Dist dist = Dist::kNormal;
+  float a = 0, b = 1;  // normal: mean a, std b; uniform: [a, b)
+};
+
+__device__ __forceinline__ uint64_t SplitMix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void InitKernel(void* out, bool bf16, int64_t n, uint64_t seed, int dist, float a, float b) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = SplitMix(seed ^ (static_cast<uint64_t>(i) * 0xD1B54A32D192ED03ull));
+    const float u1 = (static_cast<float>(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
+    const float u2 = (static_cast<float>((r >> 16) & 0xFFFFFF) + 0.5f) * (1.0f / 16777216.0f);
+    float v;
+    if (dist == 0) {
+      v = a + b * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    } else if (dist == 1) {
+      v = a + (b - a) * u1;
+    } else {
+      v = logf(1.0f + 15.0f * u1);
+    }
+    if (bf16) {
+      static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+    } else {
+      static_cast<float*>(out)[i] = v;
+    }
+  }
+}
+
+// y[r, c] (bf16, dense [n, k]) = x[r, c] (fp32, row stride ldx).
+__global__ void CastRowsKernel(const float* x, int64_t n, int64_t k, int64_t ldx, __nv_bfloat16* y) {
+  const int64_t total = n * k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / k, c = i - r * k;
+    y[i] = __float2bfloat16_rn(x[r * ldx + c]);
+  }
+}
+
+// y[r, c] (dense [n, k]) = s · x[r, c] (row stride ldx).
+__global__ void ScaleCopyKernel(const float* x, int64_t n, int64_t k, int64_t ldx, float s, float* y) {
+  const int64_t total = n * k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / k, c = i - r * k;
+    y[i] = s * x[r * ldx + c];
+  }
+}
+
+// The mHC pre-site after the mix GEMM (ops::HcPre from μ on): one block per token. Thread 0 turns
+// μ [mix] into pre, post and the Sinkhorn-normalised comb (n <= 4, in registers, the CPU op's order
+// of operations); then every thread collapses y[c] = Σ_s pre[s]·X[s, c].
+__global__ void HcMixKernel(const float* x, const float* mu, int64_t ld_mu, const float* base, const float* scale, int n,
+                            int64_t d, float hc_eps, int iters, float* post, float* comb, float* y) {
+  const int64_t i = blockIdx.x;
+  __shared__ float pre[4];
+  if (threadIdx.x == 0) {
+    const float* m = mu + i * ld_mu;
+    float C[16];
+    for (int s = 0; s < n; ++s) {
+      pre[s] = 1.0f / (1.0f + expf(-(m[s] * scale[0] + base[s]))) + hc_eps;
+      post[i * n + s] = 2.0f * (1.0f / (1.0f + expf(-(m[n + s] * scale[1] + base[n + s]))));
+    }
+    for (int r = 0; r < n; ++r) {
+      float mx = -INFINITY;
+      for (int c = 0; c < n; ++c) {
+        C[r * n + c] = m[2 * n + r * n + c] * scale[2] + base[2 * n + r * n + c];
+        mx = fmaxf(mx, C[r * n + c]);
+      }
+      float den = 0;
+      for (int c = 0; c < n; ++c) {
+        C[r * n + c] = expf(C[r * n + c] - mx);
+        den += C[r * n + c];
+      }
+      for (int c = 0; c < n; ++c) C[r * n + c] = C[r * n + c] / den + hc_eps;
+    }
+    auto col_step = [&] {
+      for (int c = 0; c < n; ++c) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += C[r * n + c];
+        for (int r = 0; r < n; ++r) C[r * n + c] /= (sum + hc_eps);
+      }
+    };
+    col_step();
+    for (int it = 0; it < iters - 1; ++it) {
+      for (int r = 0; r < n; ++r) {
+        float sum = 0;
+        for (int c = 0; c < n; ++c) sum += C[r * n + c];
+        for (int c = 0; c < n; ++c) C[r * n + c] /= (sum + hc_eps);
+      }
+      col_step();
+    }
+    for (int k = 0; k < n * n; ++k) comb[i * n * n + k] = C[k];
+  }
+  __syncthreads();
+  const float* X = x + i * n * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = 0;
+    for (int s = 0; s < n; ++s) acc += pre[s] * X[s * d + c];
+    y[i * d + c] = acc;
+  }
+}
+
+int GridFor(int64_t n, int threads = 256) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + threads - 1) / threads, 8192)));
+}
+
+int64_t Pad8(int64_t x) { return (x + 7) / 8 * 8; }
+int64_t NextPow2(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+// ---- device weights ------------------------------------------------------------------------------
+
+struct DHc {
+  float* fn = nullptr;  // [(2+n)n, nD]
+  float* base = nullptr;
+  float* scale = nullptr;
+};
+
+struct DLayer {
+  AttnKind attn = AttnKind::kKda;
+  MlpKind mlp = MlpKind::kDense;
+  float* input_norm = nullptr;
+  float* post_norm = nullptr;
+  DHc attn_hc, ffn_hc;
+  // KDA
+  DMat kda_qkv;    // [3P, D]
+  DMat kda_small;  // [Hp + Kp + Kp, D]: b | f_a | g_a (segments padded to 8 rows)
+  int64_t ks_b = 0, ks_fa = 0, ks_ga = 0, ks_width = 0;
+  DMat kda_fb, kda_gb;  // [P, K]
+  float* conv = nullptr;
+  float* dt_bias = nullptr;
+  float* a_log = nullptr;
+  float* o_norm = nullptr;
+  DMat kda_o;  // [D, P]
+  // MLA / DSA
+  DMat mla_a;  // [q_a | kv_a | idx_wk | idx_gate | idx_wproj, D], segments padded to 8 rows
+  int64_t ma_q = -1, ma_kv = 0, ma_ik = -1, ma_ig = -1, ma_iw = -1, ma_width = 0;
+  float* q_a_norm = nullptr;
+  DMat q_b, q_proj;
+  float* kv_a_norm = nullptr;
+  DMat kv_b, mla_o;
+  bool has_indexer = false;
+  DMat idx_wq_b;
+  float* k_norm_w = nullptr;
+  float* k_norm_b = nullptr;
+  float* ape = nullptr;
+  // MLP
+  DMat gate_up, down;  // dense MLP or the shared expert: [2I, D], [D, I]
+  bool has_shared = false;
+  DMat router;  // [E, D] fp32
+  float* bias = nullptr;
+  cuda::MoeExpertWeights experts;
+};
+
+struct DWeights {
+  DMat embed, lm_head;
+  float* final_norm = nullptr;
+  std::vector<DLayer> layers;
+};
+
+// Allocates and fills device tensors from host weights (host != null) or random values.
+class Builder {
+ public:
+  Builder(const ModelWeights* host, bool bf16, uint64_t seed, std::vector<DeviceBuffer>* owner, int64_t* bytes)
+      : host_(host), bf16_(bf16), seed_(seed), owner_(owner), bytes_(bytes) {}
+
+  struct Part {
+    const Matrix* host = nullptr;  // rows × cols, or null (random)
+    int64_t rows = 0;
+    int64_t row_offset = 0;
+    Init init;
+  };
+
+  // A [rows, cols] matrix (bf16 per options unless force_f32), zero where no part writes.
+  Result<DMat> Mat(int64_t rows, int64_t cols, const std::vector<Part>& parts, bool force_f32 = false) {
+    const bool bf = bf16_ && !force_f32;
+    DMat m;
+    m.rows = rows;
+    m.cols = cols;
+    m.bf16 = bf;
+    GYRE_ASSIGN_OR_RETURN(void* p, Alloc(rows * cols * m.elem_bytes()));
+    m.data = p;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, rows * cols * m.elem_bytes()));
+    for (const Part& part : parts) {
+      void* dst = static_cast<char*>(p) + part.row_offset * cols * m.elem_bytes();
+      GYRE_RETURN_IF_ERROR(Fill(dst, bf, part.rows * cols, part.host ? part.host->data.data() : nullptr,
+                                part.host ? part.host->rows * part.host->cols : 0, part.init));
+    }
+    return m;
+  }
+  Result<DMat> Mat(const Matrix* h, int64_t rows, int64_t cols, Init init, bool force_f32 = false) {
+    return Mat(rows, cols, {Part{h, rows, 0, init}}, force_f32);
+  }
+  // An fp32 vector of n values.
+  Result<float*> Vec(const std::vector<float>* h, int64_t n, Init init) {
+    GYRE_ASSIGN_OR_RETURN(void* p, Alloc(n * 4));
+    GYRE_RETURN_IF_ERROR(Fill(p, false, n, h ? h->data() : nullptr, h ? static_cast<int64_t>(h->size()) : 0, init));
+    return static_cast<float*>(p);
+  }
+
+ private:
+  Result<void*> Alloc(int64_t bytes) {
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(std::max<int64_t>(bytes, 16)));
+    void* p = b.get();
+    owner_->push_back(std::move(b));
+    *bytes_ += bytes;
+    return p;
+  }
+  Status Fill(void* dst, bool bf, int64_t n, const float* h, int64_t hn, Init init) {
+    if (n == 0) return Status::Ok();
+    if (host_) {
+      if (!h || hn != n) return Status::Internal("cuda model: host tensor of " + std::to_string(hn) +
+                                                 " values where " + std::to_string(n) + " are needed");
+      if (bf) {
+        std::vector<uint16_t> t(n);
+        for (int64_t i = 0; i < n; ++i) t[i] = Bf16Bits(h[i]);
+        GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, t.data(), n * 2, cudaMemcpyHostToDevice));
+      } else {
+        GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, h, n * 4, cudaMemcpyHostToDevice));
+      }
+      return Status::Ok();
+    }
+    InitKernel<<<GridFor(n), 256>>>(dst, bf, n, seed_ * 0x9E3779B97F4A7C15ull + (++counter_), static_cast<int>(init.dist),
+                                    init.a, init.b);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::Ok();
+  }
+  static uint16_t Bf16Bits(float v) {
+    const float r = RoundBf16(v);
+    uint32_t u;
+    std::memcpy(&u, &r, 4);
+    return static_cast<uint16_t>(u >> 16);
+  }
+
+  const ModelWeights* host_;
+  bool bf16_;
+  uint64_t seed_;
+  uint64_t counter_ = 0;
+  std::vector<DeviceBuffer>* owner_;
+  int64_t* bytes_;
+};
+
+Init Lin(int64_t fan_in) { return Init{Dist::kNormal, 0.0f, 1.0f / std::sqrt(static_cast<float>(fan_in))}; }
+const Init kNormInit{Dist::kNormal, 1.0f, 0.1f};
+
+}  // namespace
+
+// ---- Impl ----------------------------------------------------------------------------------------
+
+struct CudaModel::Impl {
+  ModelConfig c;
+  CudaModelOptions opts;
+  std::vector<DeviceBuffer> buffers;  // every allocation (weights, pools, scratch)
+  CudaModelStats stats;
+  DWeights w;
+  cuda::Stream stream;
+  std::unique_ptr<cuda::GemmLt> gemm;
+
+  // Pools.
+  struct AttnCache {
+    float* latent = nullptr;
+    float* krot = nullptr;
+    float* idx_k = nullptr;
+    float* gamma = nullptr;
+    float* pool_keys = nullptr;
+  };
+  std::vector<AttnCache> cache;                // per layer (attention layers)
+  std::vector<float*> kda_state, kda_conv;     // per layer (KDA layers)
+  int64_t num_pages = 0;
+  std::vector<int32_t> free_pages, free_slots;
+  struct Seq {
+    int32_t slot = -1;
+    std::vector<int32_t> pages;
+    int64_t num_tokens = 0;
+  };
+  std::map<int, Seq> seqs;
+  int next_seq = 0;
+
+  // Step scratch (max_batch_tokens rows).
+  int64_t nmax = 0, bmax = 0, n_streams = 1;
+  float *X = nullptr, *y = nullptr, *h = nullptr, *a = nullptr, *post = nullptr, *comb = nullptr;
+  float *xn = nullptr, *mu = nullptr;  // mHC: normalised streams [N, nD], mix [N, (2+n)n]
+  void* xb = nullptr;  // bf16 GEMM operand
+  int64_t xb_elems = 0;
+  // KDA
+  float *u = nullptr, *conv = nullptr, *kq = nullptr, *kk = nullptr, *kv = nullptr, *small = nullptr, *f = nullptr,
+        *g = nullptr, *beta = nullptr, *z = nullptr, *o = nullptr, *yn = nullptr;
+  // MLA
+  float *pa = nullptr, *q_resid = nullptr, *q = nullptr, *latent = nullptr, *qi = nullptr, *ki_raw = nullptr,
+        *ki = nullptr, *wts = nullptr, *attn = nullptr;
+  int32_t *sel = nullptr, *sel_count = nullptr;
+  int64_t sel_cap = 0;
+  // MLP
+  float *gu = nullptr, *act = nullptr, *rlogits = nullptr, *rw = nullptr, *acc = nullptr, *shared_out = nullptr;
+  int32_t* ridx = nullptr;
+  // Head.
+  float *hm = nullptr, *hn = nullptr;
+  int32_t* next_ids = nullptr;
+  DeviceBuffer logits_buf;
+  int64_t logits_rows = 0;
+  float* glogits = nullptr;  // [bmax, V]: the logits of graph-replayed decode steps
+  // Workspaces.
+  DeviceBuffer kda_ws, mla_ws, idx_ws, moe_ws;
+  // Step inputs: one int32 blob, pinned on the host, mirrored on the device.
+  int64_t blob_ints = 0, o_ids = 0, o_seq = 0, o_pos = 0, o_cu = 0, o_slots = 0, o_rows = 0, o_bt = 0, bt_cap = 0;
+  int32_t* host_blob = nullptr;
+  int32_t* dev_blob = nullptr;
+
+  // Layer profiling: events[0] before the embedding, [1] after it, [2 + l] after layer l, last after the head.
+  std::vector<cudaEvent_t> events;
+  bool profiling = false;
+
+  // Decode graphs, by (batch bucket, context bucket).
+  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs;
+  bool graphs_broken = false;  // a capture failed once: decode steps run eagerly from then on
+
+  ~Impl() {
+    for (auto& [k, g] : graphs) (void)cudaGraphExecDestroy(g);
+    for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
+    if (host_blob) (void)cudaFreeHost(host_blob);
+  }
+
+  Result<void*> Alloc(int64_t bytes) {
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(std::max<int64_t>(bytes, 16)));
+    void* p = b.get();
+    buffers.push_back(std::move(b));
+    return p;
+  }
+  template <typename T>
+  Result<T*> AllocN(int64_t n, int64_t* counter) {
+    *counter += n * static_cast<int64_t>(sizeof(T));
+    GYRE_ASSIGN_OR_RETURN(void* p, Alloc(n * static_cast<int64_t>(sizeof(T))));
+    return static_cast<T*>(p);
+  }
+
+  Status BuildWeights(const ModelWeights* host);
+  Status BuildPools();
+  Status BuildScratch();
+
+  // ---- ops on the stream ----
+  cudaStream_t s() const { return stream.get(); }
+  Status Linear(const float* x, int64_t n, const DMat& wt, float* out, int64_t ldx = 0, int64_t ldy = 0) {
+    if (n == 0) return Status::Ok();
+    const int64_t k = wt.cols;
+    if (ldx == 0) ldx = k;
+    if (!wt.bf16) return gemm->Run(cuda::GemmDType::kF32, x, wt.data, out, n, wt.rows, k, s(), ldx, ldy);
+    if (n * k > xb_elems) return Status::Internal("cuda model: bf16 operand buffer too small");
+    CastRowsKernel<<<GridFor(n * k), 256, 0, s()>>>(x, n, k, ldx, static_cast<__nv_bfloat16*>(xb));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return gemm->Run(cuda::GemmDType::kBf16F32, xb, wt.data, out, n, wt.rows, k, s(), 0, ldy);
+  }
+  // ops::HcPre as rmsnorm (no weight) → fp32 GEMM with fn (cuBLASLt, TF32 off) → HcMixKernel.
+  Status HcPre(const DHc& hc, int64_t n) {
+    if (n == 0) return Status::Ok();
+    const int64_t nS = n_streams, D = c.hidden_size, mix = (2 + nS) * nS;
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(X, n, nS * D, nS * D, nullptr, c.rms_norm_eps, xn, nS * D, s()));
+    GYRE_RETURN_IF_ERROR(gemm->Run(cuda::GemmDType::kF32, xn, hc.fn, mu, n, mix, nS * D, s(), 0, Pad8(mix)));
+    HcMixKernel<<<static_cast<unsigned>(n), 256, 0, s()>>>(X, mu, Pad8(mix), hc.base, hc.scale, static_cast<int>(nS), D,
+                                                           c.hc_eps, static_cast<int>(c.hc_sinkhorn_iters), post,
+                                                           comb, y);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::Ok();
+  }
+  Status Copy2D(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t n, int64_t width) {
+    if (n == 0) return Status::Ok();
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, ld_dst * 4, src, ld_src * 4, width * 4, n,
+                                                cudaMemcpyDeviceToDevice, s()));
+    return Status::Ok();
+  }
+
+  struct StepDims {
+    int64_t n = 0, b = 0, bd = 0;      // tokens, sequences, decode sequences (the first bd, one token each)
+    std::vector<int64_t> cu;           // host cu_seqlens [b+1] (for the chunked KDA)
+    std::vector<int32_t> slots;        // host slots [b]
+    cuda::PagedBatch pb;
+    int64_t rows = 0;                  // logit rows
+  };
+  Status RunLayers(const StepDims& d);
+  Status KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out);
+  Status AttnLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out, const int32_t** last_sel);
+  Status MlpLayer(const StepDims& d, const DLayer& L, const float* x, float* out);
+  Status Head(const StepDims& d, float* logits_out);
+  Status CaptureDecode(const StepDims& d, cudaGraphExec_t* exec);
+};
+
+// ---- weights -------------------------------------------------------------------------------------
+
+Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
+  Builder b(host, opts.bf16_weights, opts.seed, &buffers, &stats.weight_bytes);
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  const bool hc = c.hc_mult > 0;
+  const int64_t nS = hc ? c.hc_mult : 1, mix = (2 + nS) * nS;
+  auto H = [&](const Matrix& m) -> const Matrix* { return host ? &m : nullptr; };
+  auto Hv = [&](const std::vector<float>& v) -> const std::vector<float>* { return host ? &v : nullptr; };
+  GYRE_ASSIGN_OR_RETURN(w.embed, b.Mat(host ? &host->embed : nullptr, V, D, Init{Dist::kNormal, 0, 1}));
+  GYRE_ASSIGN_OR_RETURN(w.lm_head, b.Mat(host ? &host->lm_head : nullptr, V, D, Lin(D)));
+  GYRE_ASSIGN_OR_RETURN(w.final_norm, b.Vec(host ? &host->final_norm : nullptr, D, kNormInit));
+  w.layers.resize(c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    DLayer& L = w.layers[l];
+    static const LayerWeights kEmpty;
+    const LayerWeights& hl = host ? host->layers[l] : kEmpty;
+    L.attn = c.layer_types[l];
+    L.mlp = c.mlp_layer_types[l];
+    GYRE_ASSIGN_OR_RETURN(L.input_norm, b.Vec(Hv(hl.input_norm), D, kNormInit));
+    GYRE_ASSIGN_OR_RETURN(L.post_norm, b.Vec(Hv(hl.post_norm), D, kNormInit));
+    if (hc) {
+      for (auto [dst, src] : {std::pair<DHc*, const HcWeights*>{&L.attn_hc, &hl.attn_hc}, {&L.ffn_hc, &hl.ffn_hc}}) {
+        GYRE_ASSIGN_OR_RETURN(DMat fn, b.Mat(H(src->fn), mix, nS * D, Init{Dist::kNormal, 0, 0.02f}, true));
+        dst->fn = static_cast<float*>(const_cast<void*>(fn.data));
+        GYRE_ASSIGN_OR_RETURN(dst->base, b.Vec(Hv(src->base), mix, Init{Dist::kNormal, 0, 0.5f}));
+        GYRE_ASSIGN_OR_RETURN(dst->scale, b.Vec(Hv(src->scale), 3, Init{Dist::kNormal, 0, 0.5f}));
+      }
+    }
+    if (L.attn == AttnKind::kKda) {
+      const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
+      const KdaWeights& k = hl.kda;
+      GYRE_ASSIGN_OR_RETURN(L.kda_qkv, b.Mat(3 * P, D, {{H(k.q), P, 0, Lin(D)}, {H(k.k), P, P, Lin(D)},
+                                                        {H(k.v), P, 2 * P, Lin(D)}}));
+      L.ks_b = 0;
+      L.ks_fa = Pad8(Hh);
+      L.ks_ga = L.ks_fa + Pad8(K);
+      L.ks_width = L.ks_ga + Pad8(K);
+      GYRE_ASSIGN_OR_RETURN(L.kda_small, b.Mat(L.ks_width, D, {{H(k.b), Hh, L.ks_b, Lin(D)}, {H(k.f_a), K, L.ks_fa, Lin(D)},
+                                                              {H(k.g_a), K, L.ks_ga, Lin(D)}}));
+      GYRE_ASSIGN_OR_RETURN(L.kda_fb, b.Mat(H(k.f_b), P, K, Lin(K)));
+      GYRE_ASSIGN_OR_RETURN(L.kda_gb, b.Mat(H(k.g_b), P, K, Lin(K)));
+      GYRE_ASSIGN_OR_RETURN(DMat cv, b.Mat(H(k.conv), 3 * P, W, Init{Dist::kNormal, 0, 0.5f}, true));
+      L.conv = static_cast<float*>(const_cast<void*>(cv.data));
+      GYRE_ASSIGN_OR_RETURN(L.dt_bias, b.Vec(Hv(k.dt_bias), P, Init{Dist::kUniform, -2.0f, 1.0f}));
+      GYRE_ASSIGN_OR_RETURN(L.a_log, b.Vec(Hv(k.a_log), Hh, Init{Dist::kLog1p15U, 0, 0}));
+      GYRE_ASSIGN_OR_RETURN(L.o_norm, b.Vec(Hv(k.o_norm), K, kNormInit));
+      GYRE_ASSIGN_OR_RETURN(L.kda_o, b.Mat(H(k.o), D, P, Lin(P)));
+    } else {
+      const MlaWeights& m = hl.mla;
+      const int64_t Hh = c.num_attention_heads, qk = c.qk_head_dim(), R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+      const int64_t ql = c.q_lora_rank;
+      L.has_indexer = L.attn == AttnKind::kDsa && c.indexer_types[l] == IndexerKind::kFull;
+      const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
+      std::vector<Builder::Part> parts;
+      int64_t off = 0;
+      if (ql > 0) {
+        L.ma_q = off;
+        parts.push_back({H(m.q_a), ql, off, Lin(D)});
+        off += Pad8(ql);
+      }
+      L.ma_kv = off;
+      parts.push_back({H(m.kv_a), R + rope, off, Lin(D)});
+      off += Pad8(R + rope);
+      if (L.has_indexer) {
+        const IndexerWeights& iw = m.indexer;
+        L.ma_ik = off;
+        parts.push_back({H(iw.wk), di, off, Lin(D)});
+        off += Pad8(di);
+        L.ma_ig = off;
+        parts.push_back({H(iw.compress_gate), di, off, Lin(D)});
+        off += Pad8(di);
+        L.ma_iw = off;
+        parts.push_back({H(iw.weights_proj), Hi, off, Lin(D)});
+        off += Pad8(Hi);
+      }
+      L.ma_width = off;
+      GYRE_ASSIGN_OR_RETURN(L.mla_a, b.Mat(off, D, parts));
+      if (ql > 0) {
+        GYRE_ASSIGN_OR_RETURN(L.q_a_norm, b.Vec(Hv(m.q_a_norm), ql, kNormInit));
+        GYRE_ASSIGN_OR_RETURN(L.q_b, b.Mat(H(m.q_b), Hh * qk, ql, Lin(ql)));
+      } else {
+        GYRE_ASSIGN_OR_RETURN(L.q_proj, b.Mat(H(m.q_proj), Hh * qk, D, Lin(D)));
+      }
+      GYRE_ASSIGN_OR_RETURN(L.kv_a_norm, b.Vec(Hv(m.kv_a_norm), R, kNormInit));
+      GYRE_ASSIGN_OR_RETURN(L.kv_b, b.Mat(H(m.kv_b), Hh * (c.qk_nope_head_dim + c.v_head_dim), R, Lin(R)));
+      GYRE_ASSIGN_OR_RETURN(L.mla_o, b.Mat(H(m.o), D, Hh * c.v_head_dim, Lin(Hh * c.v_head_dim)));
+      if (L.has_indexer) {
+        const IndexerWeights& iw = m.indexer;
+        GYRE_ASSIGN_OR_RETURN(L.idx_wq_b, b.Mat(H(iw.wq_b), Hi * di, ql, Lin(ql)));
+        GYRE_ASSIGN_OR_RETURN(L.k_norm_w, b.Vec(Hv(iw.k_norm_w), di, kNormInit));
+        GYRE_ASSIGN_OR_RETURN(L.k_norm_b, b.Vec(Hv(iw.k_norm_b), di, Init{Dist::kNormal, 0, 0.1f}));
+        GYRE_ASSIGN_OR_RETURN(DMat ape, b.Mat(H(iw.ape), c.index_kpool, di, Init{Dist::kNormal, 0, 0.5f}, true));
+        L.ape = static_cast<float*>(const_cast<void*>(ape.data));
+      }
+    }
+    // MLP.
+    auto swiglu = [&](const MlpWeights* mw, int64_t I, DMat* gate_up, DMat* down) -> Status {
+      GYRE_ASSIGN_OR_RETURN(*gate_up, b.Mat(2 * I, D, {{mw ? &mw->gate : nullptr, I, 0, Lin(D)},
+                                                       {mw ? &mw->up : nullptr, I, I, Lin(D)}}));
+      GYRE_ASSIGN_OR_RETURN(*down, b.Mat(mw ? &mw->down : nullptr, D, I, Lin(I)));
+      return Status::Ok();
+    };
+    if (L.mlp == MlpKind::kDense) {
+      GYRE_RETURN_IF_ERROR(swiglu(host ? &hl.dense : nullptr, c.intermediate_size, &L.gate_up, &L.down));
+    } else {
+      const MoeWeights& mw = hl.moe;
+      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
+      GYRE_ASSIGN_OR_RETURN(L.router, b.Mat(H(mw.router), E, D, Lin(D), true));
+      GYRE_ASSIGN_OR_RETURN(L.bias, b.Vec(host && !mw.bias.empty() ? &mw.bias : nullptr, E,
+                                          Init{Dist::kNormal, 0, 0.05f}));
+      if (host && mw.bias.empty()) GYRE_CUDA_RETURN_IF_ERROR(cudaMemset(L.bias, 0, E * 4));
+      std::vector<Builder::Part> gu_parts, dn_parts;
+      if (host) {
+        for (int64_t e = 0; e < E; ++e) {
+          gu_parts.push_back({&mw.experts[e].gate, I, e * 2 * I, {}});
+          gu_parts.push_back({&mw.experts[e].up, I, e * 2 * I + I, {}});
+          dn_parts.push_back({&mw.experts[e].down, D, e * D, {}});
+        }
+      } else {
+        gu_parts.push_back({nullptr, E * 2 * I, 0, Lin(D)});
+        dn_parts.push_back({nullptr, E * D, 0, Lin(I)});
+      }
+      GYRE_ASSIGN_OR_RETURN(DMat gu, b.Mat(E * 2 * I, D, gu_parts));
+      GYRE_ASSIGN_OR_RETURN(DMat dn, b.Mat(E * D, I, dn_parts));
+      L.experts = cuda::MoeExpertWeights{gu.data, dn.data, gu.bf16, E, D, I};
+      L.has_shared = host ? mw.has_shared : c.n_shared_experts > 0;
+      if (L.has_shared) {
+        GYRE_RETURN_IF_ERROR(swiglu(host ? &mw.shared : nullptr, I * std::max<int64_t>(c.n_shared_experts, 1),
+                                    &L.gate_up, &L.down));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- pools and scratch ---------------------------------------------------------------------------
+
+Status CudaModel::Impl::BuildPools() {
+  const int64_t pt = opts.page_tokens;
+  num_pages = (opts.kv_tokens + pt - 1) / pt;
+  const int64_t rows = num_pages * pt;
+  cache.resize(c.num_hidden_layers);
+  kda_state.assign(c.num_hidden_layers, nullptr);
+  kda_conv.assign(c.num_hidden_layers, nullptr);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const DLayer& L = w.layers[l];
+    if (L.attn == AttnKind::kKda) {
+      const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
+      GYRE_ASSIGN_OR_RETURN(kda_state[l], AllocN<float>(opts.max_seqs * Hh * K * K, &stats.state_bytes));
+      GYRE_ASSIGN_OR_RETURN(kda_conv[l], AllocN<float>(opts.max_seqs * (W - 1) * 3 * P, &stats.state_bytes));
+    } else {
+      AttnCache& ac = cache[l];
+      GYRE_ASSIGN_OR_RETURN(ac.latent, AllocN<float>(rows * c.kv_lora_rank, &stats.kv_bytes));
+      if (c.qk_rope_head_dim > 0) {
+        GYRE_ASSIGN_OR_RETURN(ac.krot, AllocN<float>(rows * c.qk_rope_head_dim, &stats.kv_bytes));
+      }
+      if (L.has_indexer) {
+        const int64_t di = c.index_head_dim;
+        GYRE_ASSIGN_OR_RETURN(ac.idx_k, AllocN<float>(rows * di, &stats.kv_bytes));
+        GYRE_ASSIGN_OR_RETURN(ac.gamma, AllocN<float>(rows * di, &stats.kv_bytes));
+        GYRE_ASSIGN_OR_RETURN(ac.pool_keys, AllocN<float>(rows * di, &stats.kv_bytes));
+      }
+    }
+  }
+  for (int64_t p = num_pages - 1; p >= 0; --p) free_pages.push_back(static_cast<int32_t>(p));
+  for (int64_t sl = opts.max_seqs - 1; sl >= 0; --sl) free_slots.push_back(static_cast<int32_t>(sl));
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::BuildScratch() {
+  const int64_t N = nmax = opts.max_batch_tokens, D = c.hidden_size;
+  bmax = std::min<int64_t>(opts.max_seqs, N);
+  n_streams = c.hc_mult > 0 ? c.hc_mult : 1;
+  int64_t* sb = &stats.scratch_bytes;
+  GYRE_ASSIGN_OR_RETURN(X, AllocN<float>(N * n_streams * D, sb));
+  for (float** p : {&y, &h, &a, &acc, &shared_out, &hm, &hn}) {
+    GYRE_ASSIGN_OR_RETURN(*p, AllocN<float>(N * D, sb));
+  }
+  GYRE_ASSIGN_OR_RETURN(post, AllocN<float>(N * n_streams, sb));
+  GYRE_ASSIGN_OR_RETURN(comb, AllocN<float>(N * n_streams * n_streams, sb));
+  if (c.hc_mult > 0) {
+    GYRE_ASSIGN_OR_RETURN(xn, AllocN<float>(N * n_streams * D, sb));
+    GYRE_ASSIGN_OR_RETURN(mu, AllocN<float>(N * Pad8((2 + n_streams) * n_streams), sb));
+  }
+  int64_t max_in = D;
+  bool any_kda = false, any_attn = false, any_moe = false, any_idx = false;
+  int64_t max_i = 0;
+  for (const DLayer& L : w.layers) {
+    any_kda |= L.attn == AttnKind::kKda;
+    any_attn |= L.attn != AttnKind::kKda;
+    any_idx |= L.has_indexer;
+    any_moe |= L.mlp == MlpKind::kMoe;
+    if (L.gate_up.data) max_i = std::max(max_i, L.gate_up.rows / 2);
+  }
+  if (any_moe) max_i = std::max(max_i, c.moe_intermediate_size);
+  max_in = std::max(max_in, max_i);
+  if (any_kda) {
+    const int64_t P = c.linear_num_heads * c.linear_head_dim, K = c.linear_head_dim, Hh = c.linear_num_heads;
+    max_in = std::max({max_in, P, K});
+    GYRE_ASSIGN_OR_RETURN(u, AllocN<float>(N * 3 * P, sb));
+    GYRE_ASSIGN_OR_RETURN(conv, AllocN<float>(N * 3 * P, sb));
+    for (float** p : {&kq, &kk, &kv, &f, &g, &z, &o, &yn}) {
+      GYRE_ASSIGN_OR_RETURN(*p, AllocN<float>(N * P, sb));
+    }
+    GYRE_ASSIGN_OR_RETURN(small, AllocN<float>(N * (Pad8(Hh) + 2 * Pad8(K)), sb));
+    GYRE_ASSIGN_OR_RETURN(beta, AllocN<float>(N * Hh, sb));
+  }
+  if (any_attn) {
+    const int64_t Hh = c.num_attention_heads, qk = c.qk_head_dim(), R = c.kv_lora_rank, ql = c.q_lora_rank;
+    const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
+    int64_t wa = 0;
+    for (const DLayer& L : w.layers) wa = std::max(wa, L.ma_width);
+    max_in = std::max({max_in, ql, Hh * c.v_head_dim});
+    GYRE_ASSIGN_OR_RETURN(pa, AllocN<float>(N * wa, sb));
+    GYRE_ASSIGN_OR_RETURN(q_resid, AllocN<float>(N * std::max<int64_t>(ql, 1), sb));
+    GYRE_ASSIGN_OR_RETURN(q, AllocN<float>(N * Hh * qk, sb));
+    GYRE_ASSIGN_OR_RETURN(latent, AllocN<float>(N * R, sb));
+    GYRE_ASSIGN_OR_RETURN(attn, AllocN<float>(N * Hh * c.v_head_dim, sb));
+    cuda::MlaDims md{Hh, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, R, 1.0f};
+    GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, opts.kv_tokens), 16)));
+    *sb += mla_ws.bytes();
+    if (any_idx) {
+      cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
+      sel_cap = cuda::IndexerSelCap(id);
+      GYRE_ASSIGN_OR_RETURN(qi, AllocN<float>(N * Hi * di, sb));
+      GYRE_ASSIGN_OR_RETURN(ki_raw, AllocN<float>(N * di, sb));
+      GYRE_ASSIGN_OR_RETURN(ki, AllocN<float>(N * di, sb));
+      GYRE_ASSIGN_OR_RETURN(wts, AllocN<float>(N * Hi, sb));
+      GYRE_ASSIGN_OR_RETURN(sel, AllocN<int32_t>(N * sel_cap, sb));
+      GYRE_ASSIGN_OR_RETURN(sel_count, AllocN<int32_t>(N, sb));
+      GYRE_ASSIGN_OR_RETURN(idx_ws,
+                            DeviceBuffer::Create(std::max<size_t>(cuda::IndexerWorkspaceBytes(id, N, opts.kv_tokens), 16)));
+      *sb += idx_ws.bytes();
+    }
+  }
+  GYRE_ASSIGN_OR_RETURN(gu, AllocN<float>(N * 2 * std::max<int64_t>(max_i, 1), sb));
+  GYRE_ASSIGN_OR_RETURN(act, AllocN<float>(N * std::max<int64_t>(max_i, 1), sb));
+  if (any_moe) {
+    const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
+    GYRE_ASSIGN_OR_RETURN(rlogits, AllocN<float>(N * E, sb));
+    GYRE_ASSIGN_OR_RETURN(rw, AllocN<float>(N * k, sb));
+    GYRE_ASSIGN_OR_RETURN(ridx, AllocN<int32_t>(N * k, sb));
+    for (const DLayer& L : w.layers) {
+      if (L.mlp != MlpKind::kMoe) continue;
+      GYRE_ASSIGN_OR_RETURN(moe_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MoeExpertsWorkspaceBytes(L.experts, N, k), 16)));
+      *sb += moe_ws.bytes();
+      break;
+    }
+  }
+  xb_elems = N * max_in;
+  if (opts.bf16_weights) {
+    GYRE_ASSIGN_OR_RETURN(xb, Alloc(xb_elems * 2));
+  }
+  GYRE_ASSIGN_OR_RETURN(next_ids, AllocN<int32_t>(N, sb));
+  // Step inputs.
+  bt_cap = bmax * (std::max(NextPow2(opts.kv_tokens), opts.page_tokens) / opts.page_tokens + 1);
+  GYRE_ASSIGN_OR_RETURN(glogits, AllocN<float>(bmax * c.vocab_size, sb));
+  o_ids = 0;
+  o_seq = o_ids + N;
+  o_pos = o_seq + N;
+  o_rows = o_pos + N;
+  o_cu = o_rows + N;
+  o_slots = o_cu + bmax + 1;
+  o_bt = o_slots + bmax;
+  blob_ints = o_bt + bt_cap;
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_blob, blob_ints * 4));
+  GYRE_ASSIGN_OR_RETURN(dev_blob, AllocN<int32_t>(blob_ints, sb));
+  if (opts.profile_layers) {
+    events.resize(c.num_hidden_layers + 3);
+    for (cudaEvent_t& e : events) GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  }
+  return Status::Ok();
+}
+
+// ---- the step ------------------------------------------------------------------------------------
+
+Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out) {
+  const int64_t N = d.n, Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K;
+  GYRE_RETURN_IF_ERROR(Linear(x, N, L.kda_qkv, u));
+  GYRE_RETURN_IF_ERROR(Linear(x, N, L.kda_small, small));
+  GYRE_RETURN_IF_ERROR(Linear(small + L.ks_fa, N, L.kda_fb, f, L.ks_width));
+  GYRE_RETURN_IF_ERROR(cuda::KdaGate(f, N, Hh, K, L.dt_bias, L.a_log, c.linear_lower_bound.has_value(),
+                                     c.linear_lower_bound.value_or(0.0f), g, s()));
+  GYRE_RETURN_IF_ERROR(Copy2D(beta, Hh, small + L.ks_b, L.ks_width, N, Hh));
+  GYRE_RETURN_IF_ERROR(cuda::Sigmoid(beta, N * Hh, beta, s()));
+  GYRE_RETURN_IF_ERROR(Linear(small + L.ks_ga, N, L.kda_gb, z, L.ks_width));
+  cuda::ConvParams cp;
+  cp.x = u;
+  cp.w = L.conv;
+  cp.state = kda_conv[li];
+  cp.y = conv;
+  cp.cu_seqlens = dev_blob + o_cu;
+  cp.slots = dev_blob + o_slots;
+  cp.num_tokens = N;
+  cp.num_seqs = d.b;
+  cp.channels = 3 * P;
+  cp.width = c.linear_conv_kernel_dim;
+  cp.num_slots = opts.max_seqs;
+  GYRE_RETURN_IF_ERROR(cuda::CausalConv1dSilu(cp, s()));
+  GYRE_RETURN_IF_ERROR(Copy2D(kq, P, conv, 3 * P, N, P));
+  GYRE_RETURN_IF_ERROR(Copy2D(kk, P, conv + P, 3 * P, N, P));
+  GYRE_RETURN_IF_ERROR(Copy2D(kv, P, conv + 2 * P, 3 * P, N, P));
+  if (d.bd > 0) {
+    cuda::KdaRecurrentParams rp;
+    rp.q = kq;
+    rp.k = kk;
+    rp.v = kv;
+    rp.g = g;
+    rp.beta = beta;
+    rp.slots = dev_blob + o_slots;
+    rp.state = kda_state[li];
+    rp.o = o;
+    rp.num_seqs = static_cast<int>(d.bd);
+    rp.num_tokens = 1;
+    rp.num_heads = static_cast<int>(Hh);
+    rp.head_dim = static_cast<int>(K);
+    rp.num_slots = opts.max_seqs;
+    GYRE_RETURN_IF_ERROR(cuda::KdaRecurrent(rp, s()));
+  }
+  if (d.b > d.bd) {
+    const int64_t t0 = d.cu[d.bd];
+    cuda::KdaChunkParams kp;
+    kp.q = kq + t0 * P;
+    kp.k = kk + t0 * P;
+    kp.v = kv + t0 * P;
+    kp.g = g + t0 * P;
+    kp.beta = beta + t0 * Hh;
+    kp.state = kda_state[li];
+    kp.o = o + t0 * P;
+    for (int64_t b = d.bd; b <= d.b; ++b) kp.cu_seqlens.push_back(d.cu[b] - t0);
+    kp.slots.assign(d.slots.begin() + d.bd, d.slots.end());
+    kp.num_heads = static_cast<int>(Hh);
+    kp.head_dim = static_cast<int>(K);
+    kp.num_slots = opts.max_seqs;
+    const size_t need = cuda::KdaChunkWorkspaceBytes(kp.cu_seqlens, kp.num_heads, kp.head_dim);
+    if (kda_ws.bytes() < need) {
+      GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s()));
+      kda_ws.Reset();
+      GYRE_ASSIGN_OR_RETURN(kda_ws, DeviceBuffer::Create(need));
+    }
+    GYRE_RETURN_IF_ERROR(cuda::KdaChunk(kp, kda_ws.get(), kda_ws.bytes(), s()));
+  }
+  GYRE_RETURN_IF_ERROR(cuda::GatedRmsNorm(o, z, N, Hh, K, L.o_norm, c.rms_norm_eps, yn, s()));
+  return Linear(yn, N, L.kda_o, out);
+}
+
+Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out,
+                                  const int32_t** last_sel) {
+  const int64_t N = d.n, Hh = c.num_attention_heads, R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+  const int64_t ql = c.q_lora_rank, Wa = L.ma_width;
+  const bool dsa = L.attn == AttnKind::kDsa;
+  AttnCache& ac = cache[li];
+  GYRE_RETURN_IF_ERROR(Linear(x, N, L.mla_a, pa));
+  if (ql > 0) {
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(pa + L.ma_q, N, ql, Wa, L.q_a_norm, c.qa_norm_eps, q_resid, ql, s()));
+    GYRE_RETURN_IF_ERROR(Linear(q_resid, N, L.q_b, q));
+  } else {
+    GYRE_RETURN_IF_ERROR(Linear(x, N, L.q_proj, q));
+  }
+  GYRE_RETURN_IF_ERROR(cuda::RmsNorm(pa + L.ma_kv, N, R, Wa, L.kv_a_norm, c.kva_norm_eps, latent, R, s()));
+  GYRE_RETURN_IF_ERROR(cuda::CacheWrite(latent, R, R, d.pb, ac.latent, s()));
+  if (rope > 0) GYRE_RETURN_IF_ERROR(cuda::CacheWrite(pa + L.ma_kv + R, Wa, rope, d.pb, ac.krot, s()));
+  const int32_t* sl = nullptr;
+  const int32_t* sc = nullptr;
+  if (dsa && L.has_indexer) {
+    const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
+    GYRE_RETURN_IF_ERROR(Linear(q_resid, N, L.idx_wq_b, qi));
+    GYRE_RETURN_IF_ERROR(Copy2D(ki_raw, di, pa + L.ma_ik, Wa, N, di));
+    GYRE_RETURN_IF_ERROR(cuda::LayerNorm(ki_raw, N, di, L.k_norm_w, L.k_norm_b, 1e-6f, ki, s()));
+    GYRE_RETURN_IF_ERROR(cuda::CacheWrite(ki, di, di, d.pb, ac.idx_k, s()));
+    GYRE_RETURN_IF_ERROR(cuda::CacheWrite(pa + L.ma_ig, Wa, di, d.pb, ac.gamma, s()));
+    ScaleCopyKernel<<<GridFor(N * Hi), 256, 0, s()>>>(pa + L.ma_iw, N, Hi, Wa,
+                                                       1.0f / std::sqrt(static_cast<float>(Hi)), wts);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GYRE_RETURN_IF_ERROR(cuda::IndexerPoolKeys(ac.idx_k, ac.gamma, L.ape, c.index_kpool, di, d.pb, ac.pool_keys, s()));
+    cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
+    GYRE_RETURN_IF_ERROR(cuda::IndexerSelect(qi, wts, ac.pool_keys, id, d.pb, sel, sel_count, idx_ws.get(),
+                                             idx_ws.bytes(), s()));
+    sl = sel;
+    sc = sel_count;
+    *last_sel = sel;
+  } else if (dsa) {
+    // "shared" layer: the selection of the most recent full DSA layer of this step (causal if none,
+    // as the CPU engine's default Selection).
+    if (*last_sel) {
+      sl = sel;
+      sc = sel_count;
+    }
+  }
+  cuda::MlaDims md{Hh, c.qk_nope_head_dim, rope, c.v_head_dim, R,
+                   1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()))};
+  GYRE_RETURN_IF_ERROR(cuda::MlaAttention(q, ac.latent, ac.krot, L.kv_b, md, d.pb, sl, sc, sel_cap, attn, mla_ws.get(),
+                                          mla_ws.bytes(), s()));
+  return Linear(attn, N, L.mla_o, out);
+}
+
+Status CudaModel::Impl::MlpLayer(const StepDims& d, const DLayer& L, const float* x, float* out) {
+  const int64_t N = d.n;
+  const float limit = c.swiglu_limit.value_or(0.0f);
+  auto swiglu = [&](const DMat& gate_up, const DMat& down, float* dst) -> Status {
+    const int64_t I = gate_up.rows / 2;
+    GYRE_RETURN_IF_ERROR(Linear(x, N, gate_up, gu));
+    GYRE_RETURN_IF_ERROR(cuda::SwiGlu(gu, 2 * I, gu + I, 2 * I, N, I, limit, act, s()));
+    return Linear(act, N, down, dst);
+  };
+  if (L.mlp == MlpKind::kDense) return swiglu(L.gate_up, L.down, out);
+  const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
+  GYRE_RETURN_IF_ERROR(Linear(x, N, L.router, rlogits));
+  cuda::RouteDims rd{E, k, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
+  GYRE_RETURN_IF_ERROR(cuda::MoeRoute(rlogits, N, L.bias, rd, ridx, rw, s()));
+  GYRE_RETURN_IF_ERROR(cuda::MoeExperts(x, N, ridx, rw, k, L.experts, limit, out, moe_ws.get(), moe_ws.bytes(), s()));
+  if (L.has_shared) {
+    GYRE_RETURN_IF_ERROR(swiglu(L.gate_up, L.down, shared_out));
+    GYRE_RETURN_IF_ERROR(cuda::AddInPlace(out, shared_out, N * c.hidden_size, s()));
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::RunLayers(const StepDims& d) {
+  const int64_t N = d.n, D = c.hidden_size, nS = n_streams;
+  const bool hc = c.hc_mult > 0;
+  auto mark = [&](size_t i) -> Status {
+    if (profiling) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(events[i], s()));
+    return Status::Ok();
+  };
+  GYRE_RETURN_IF_ERROR(mark(0));
+  GYRE_RETURN_IF_ERROR(cuda::Embedding(dev_blob + o_ids, N, w.embed, y, s()));
+  for (int64_t st = 0; st < nS; ++st) GYRE_RETURN_IF_ERROR(Copy2D(X + st * D, nS * D, y, D, N, D));
+  GYRE_RETURN_IF_ERROR(mark(1));
+  cuda::HcDims hp{nS, D, c.rms_norm_eps, c.hc_eps, c.hc_sinkhorn_iters};
+  const int32_t* last_sel = nullptr;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const DLayer& L = w.layers[l];
+    const float* yin = X;
+    if (hc) {
+      GYRE_RETURN_IF_ERROR(HcPre(L.attn_hc, N));
+      yin = y;
+    }
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(yin, N, D, D, L.input_norm, c.rms_norm_eps, h, D, s()));
+    if (L.attn == AttnKind::kKda) {
+      GYRE_RETURN_IF_ERROR(KdaLayer(d, L, l, h, a));
+    } else {
+      GYRE_RETURN_IF_ERROR(AttnLayer(d, L, l, h, a, &last_sel));
+    }
+    if (hc) {
+      GYRE_RETURN_IF_ERROR(cuda::HcPost(X, N, a, post, comb, hp, s()));
+      GYRE_RETURN_IF_ERROR(HcPre(L.ffn_hc, N));
+    } else {
+      GYRE_RETURN_IF_ERROR(cuda::AddInPlace(X, a, N * D, s()));
+    }
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(yin, N, D, D, L.post_norm, c.rms_norm_eps, h, D, s()));
+    GYRE_RETURN_IF_ERROR(MlpLayer(d, L, h, a));
+    if (hc) {
+      GYRE_RETURN_IF_ERROR(cuda::HcPost(X, N, a, post, comb, hp, s()));
+    } else {
+      GYRE_RETURN_IF_ERROR(cuda::AddInPlace(X, a, N * D, s()));
+    }
+    GYRE_RETURN_IF_ERROR(mark(2 + l));
+  }
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
+  const int64_t D = c.hidden_size, R = d.rows;
+  GYRE_RETURN_IF_ERROR(cuda::StreamMean(X, n_streams, D, dev_blob + o_rows, R, hm, s()));
+  GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hm, R, D, D, w.final_norm, c.rms_norm_eps, hn, D, s()));
+  GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, logits_out));
+  GYRE_RETURN_IF_ERROR(cuda::Argmax(logits_out, R, c.vocab_size, next_ids, s()));
+  if (profiling) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(events.back(), s()));
+  return Status::Ok();
+}
+
+// ---- CUDA graphs for decode steps ----------------------------------------------------------------
+
+Status CudaModel::Impl::CaptureDecode(const StepDims& d, cudaGraphExec_t* exec) {
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s()));
+  const bool prof = profiling;
+  profiling = false;
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
+  const Status body = [&]() -> Status {
+    GYRE_RETURN_IF_ERROR(RunLayers(d));
+    return Head(d, glogits);
+  }();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s(), &graph);
+  profiling = prof;
+  const Status st = [&]() -> Status {
+    GYRE_RETURN_IF_ERROR(body);
+    GYRE_CUDA_RETURN_IF_ERROR(end);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(exec, graph, 0));
+    return Status::Ok();
+  }();
+  if (graph) (void)cudaGraphDestroy(graph);
+  if (!st.ok()) {
+    (void)cudaGetLastError();  // a failed capture leaves a sticky-free error state on the stream only
+    graphs_broken = true;
+    return st.WithContext("capturing a decode step (decode steps now run without graphs)");
+  }
+  return Status::Ok();
+}
+
+// ---- public API ----------------------------------------------------------------------------------
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+
+namespace {
+Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, const ModelWeights* host,
+                                                 const CudaModelOptions& opts) {
+  if (opts.max_seqs < 1 || opts.max_batch_tokens < 1 || opts.kv_tokens < 1 || opts.page_tokens < 1)
+    return Status::InvalidArgument("cuda model: max_seqs, max_batch_tokens, kv_tokens and page_tokens must be >= 1");
+  if (config.hc_mult > 4)
+    return Status::Unimplemented("cuda model: hc_mult " + std::to_string(config.hc_mult) + " > 4 is not built");
+  auto impl = std::make_unique<CudaModel::Impl>();
+  impl->c = config;
+  impl->opts = opts;
+  GYRE_ASSIGN_OR_RETURN(impl->stream, cuda::Stream::Create());
+  GYRE_ASSIGN_OR_RETURN(impl->gemm, cuda::GemmLt::Create());
+  GYRE_RETURN_IF_ERROR(impl->BuildWeights(host));
+  GYRE_RETURN_IF_ERROR(impl->BuildPools());
+  GYRE_RETURN_IF_ERROR(impl->BuildScratch());
+  GYRE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return Result<std::unique_ptr<CudaModel::Impl>>(std::move(impl));
+}
+}  // namespace
+
+Result<std::unique_ptr<CudaModel>> CudaModel::FromHost(const ModelConfig& config, const ModelWeights& weights,
+                                                       const CudaModelOptions& opts) {
+  GYRE_ASSIGN_OR_RETURN(auto impl, MakeImpl(config, &weights, opts));
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+Result<std::unique_ptr<CudaModel>> CudaModel::Random(const ModelConfig& config, const CudaModelOptions& opts) {
+  GYRE_ASSIGN_OR_RETURN(auto impl, MakeImpl(config, nullptr, opts));
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+const ModelConfig& CudaModel::config() const { return impl_->c; }
+CudaModelStats CudaModel::stats() const { return impl_->stats; }
+
+Result<int> CudaModel::NewSequence() {
+  Impl& m = *impl_;
+  if (m.free_slots.empty()) return Status::ResourceExhausted("cuda model: every state slot is in use");
+  const int32_t slot = m.free_slots.back();
+  m.free_slots.pop_back();
+  for (int64_t l = 0; l < m.c.num_hidden_layers; ++l) {
+    if (!m.kda_state[l]) continue;
+    const int64_t Hh = m.c.linear_num_heads, K = m.c.linear_head_dim, P = Hh * K, W = m.c.linear_conv_kernel_dim;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kda_state[l] + slot * Hh * K * K, 0, Hh * K * K * 4, m.s()));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kda_conv[l] + slot * (W - 1) * 3 * P, 0, (W - 1) * 3 * P * 4, m.s()));
+  }
+  const int id = m.next_seq++;
+  m.seqs[id].slot = slot;
+  return id;
+}
+
+void CudaModel::Release(int seq) {
+  Impl& m = *impl_;
+  auto it = m.seqs.find(seq);
+  if (it == m.seqs.end()) return;
+  m.free_slots.push_back(it->second.slot);
+  m.free_pages.insert(m.free_pages.end(), it->second.pages.begin(), it->second.pages.end());
+  m.seqs.erase(it);
+}
+
+int64_t CudaModel::NumTokens(int seq) const {
+  auto it = impl_->seqs.find(seq);
+  return it == impl_->seqs.end() ? -1 : it->second.num_tokens;
+}
+
+Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
+
+Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logits, std::vector<int32_t>* next_ids) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const int64_t V = c.vocab_size, pt = m.opts.page_tokens;
+  if (batch.empty()) return Status::InvalidArgument("cuda model: empty batch");
+  if (static_cast<int64_t>(batch.size()) > m.bmax)
+    return Status::InvalidArgument("cuda model: " + std::to_string(batch.size()) + " sequences in one step; at most " +
+                                   std::to_string(m.bmax));
+  // Validate, and order: decode sequences (history, one token) first, then prefill pieces.
+  std::vector<size_t> order;
+  int64_t total = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Input& in = batch[i];
+    auto it = m.seqs.find(in.seq);
+    if (it == m.seqs.end()) return Status::InvalidArgument("cuda model: unknown sequence " + std::to_string(in.seq));
+    if (in.ids.empty()) return Status::InvalidArgument("cuda model: sequence " + std::to_string(i) + " has no new tokens");
+    for (int32_t id : in.ids)
+      if (id < 0 || id >= V)
+        return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                       std::to_string(V) + ")");
+    for (size_t j = 0; j < i; ++j)
+      if (batch[j].seq == in.seq) return Status::InvalidArgument("cuda model: a sequence appears twice in one step");
+    total += static_cast<int64_t>(in.ids.size());
+  }
+  if (total > m.nmax)
+    return Status::InvalidArgument("cuda model: " + std::to_string(total) + " tokens in one step; at most " +
+                                   std::to_string(m.nmax) + " (max_batch_tokens)");
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (m.seqs[batch[i].seq].num_tokens > 0 && batch[i].ids.size() == 1) order.push_back(i);
+  const int64_t bd = static_cast<int64_t>(order.size());
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (!(m.seqs[batch[i].seq].num_tokens > 0 && batch[i].ids.size() == 1)) order.push_back(i);
+  // Pages (all or nothing).
+  int64_t need_pages = 0, max_ctx = 1;
+  for (const Input& in : batch) {
+    const Impl::Seq& sq = m.seqs[in.seq];
+    const int64_t ctx = sq.num_tokens + static_cast<int64_t>(in.ids.size());
+    need_pages += std::max<int64_t>(0, (ctx + pt - 1) / pt - static_cast<int64_t>(sq.pages.size()));
+    max_ctx = std::max(max_ctx, ctx);
+  }
+  if (need_pages > static_cast<int64_t>(m.free_pages.size()))
+    return Status::ResourceExhausted("cuda model: " + std::to_string(need_pages) + " pages needed, " +
+                                     std::to_string(m.free_pages.size()) + " free");
+  for (const Input& in : batch) {
+    Impl::Seq& sq = m.seqs[in.seq];
+    const int64_t ctx = sq.num_tokens + static_cast<int64_t>(in.ids.size());
+    while (static_cast<int64_t>(sq.pages.size()) * pt < ctx) {
+      sq.pages.push_back(m.free_pages.back());
+      m.free_pages.pop_back();
+    }
+  }
+  // Host arrays.
+  Impl::StepDims d;
+  d.n = total;
+  d.b = static_cast<int64_t>(batch.size());
+  d.bd = bd;
+  const int64_t ctx_bucket = std::max<int64_t>(NextPow2(max_ctx), pt);
+  const int64_t max_pages = ctx_bucket / pt;
+  if (d.b * max_pages > m.bt_cap) return Status::Internal("cuda model: block table capacity exceeded");
+  int32_t* hb = m.host_blob;
+  d.cu.push_back(0);
+  int64_t t = 0;
+  std::vector<int64_t> row_of_input(batch.size()), nrows_of_input(batch.size());
+  int64_t r = 0;
+  for (int64_t bi = 0; bi < d.b; ++bi) {
+    const Input& in = batch[order[bi]];
+    const Impl::Seq& sq = m.seqs[in.seq];
+    for (size_t j = 0; j < in.ids.size(); ++j, ++t) {
+      hb[m.o_ids + t] = in.ids[j];
+      hb[m.o_seq + t] = static_cast<int32_t>(bi);
+      hb[m.o_pos + t] = static_cast<int32_t>(sq.num_tokens + static_cast<int64_t>(j));
+    }
+    d.cu.push_back(t);
+    hb[m.o_cu + bi] = static_cast<int32_t>(d.cu[bi]);
+    hb[m.o_slots + bi] = sq.slot;
+    d.slots.push_back(sq.slot);
+    for (int64_t p = 0; p < max_pages; ++p)
+      hb[m.o_bt + bi * max_pages + p] = p < static_cast<int64_t>(sq.pages.size()) ? sq.pages[p] : 0;
+    row_of_input[order[bi]] = r;
+    const int64_t first = in.all_logits ? d.cu[bi] : t - 1;
+    nrows_of_input[order[bi]] = t - first;
+    for (int64_t q = first; q < t; ++q) hb[m.o_rows + r++] = static_cast<int32_t>(q);
+  }
+  hb[m.o_cu + d.b] = static_cast<int32_t>(t);
+  d.rows = r;
+  // Decode-only steps replay a CUDA graph of the bucket's size; padding rows are skipped by every
+  // sequence-wise kernel (negative sequence and slot) and computed but ignored by token-wise ones.
+  const bool use_graph = m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b;
+  if (use_graph) {
+    const int64_t bucket = std::min<int64_t>(NextPow2(d.b), m.bmax);
+    for (int64_t bi = d.b; bi < bucket; ++bi) {
+      hb[m.o_ids + bi] = 0;
+      hb[m.o_seq + bi] = -1;
+      hb[m.o_pos + bi] = 0;
+      hb[m.o_cu + bi] = static_cast<int32_t>(bi);
+      hb[m.o_slots + bi] = -1;
+      hb[m.o_rows + bi] = static_cast<int32_t>(bi);
+      for (int64_t p = 0; p < max_pages; ++p) hb[m.o_bt + bi * max_pages + p] = 0;
+    }
+    hb[m.o_cu + bucket] = static_cast<int32_t>(bucket);
+    d.n = d.b = d.bd = d.rows = bucket;
+  }
+  d.pb.tok_seq = m.dev_blob + m.o_seq;
+  d.pb.tok_pos = m.dev_blob + m.o_pos;
+  d.pb.block_table = m.dev_blob + m.o_bt;
+  d.pb.num_tokens = d.n;
+  d.pb.num_seqs = d.b;
+  d.pb.max_pages = max_pages;
+  d.pb.page_tokens = pt;
+  d.pb.max_context = ctx_bucket;
+  GYRE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(m.dev_blob, hb, (m.o_bt + d.b * max_pages) * 4, cudaMemcpyHostToDevice, m.s()));
+  if (!use_graph && m.logits_rows < d.rows) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
+    m.logits_buf.Reset();
+    GYRE_ASSIGN_OR_RETURN(m.logits_buf, DeviceBuffer::Create(d.rows * V * 4));
+    m.logits_rows = d.rows;
+  }
+  std::vector<float> all;
+  std::vector<int32_t> ids(d.rows);
+  const float* dev_logits = use_graph ? m.glogits : m.logits_buf.get<float>();
+  auto run = [&]() -> Status {
+    if (use_graph) {
+      const auto key = std::make_pair(d.b, ctx_bucket);
+      auto it = m.graphs.find(key);
+      if (it == m.graphs.end()) {
+        cudaGraphExec_t exec = nullptr;
+        GYRE_RETURN_IF_ERROR(m.CaptureDecode(d, &exec));
+        it = m.graphs.emplace(key, exec).first;
+        m.stats.graphs++;
+      }
+      GYRE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, m.s()));
+      m.stats.graph_replays++;
+    } else {
+      GYRE_RETURN_IF_ERROR(m.RunLayers(d));
+      GYRE_RETURN_IF_ERROR(m.Head(d, m.logits_buf.get<float>()));
+    }
+    if (logits) {
+      all.resize(d.rows * V);
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), dev_logits, d.rows * V * 4, cudaMemcpyDeviceToHost, m.s()));
+    }
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids.data(), m.next_ids, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
+    return m.stream.Synchronize();
+  };
+  m.profiling = !m.events.empty() && !use_graph;
+  const Status st = run();
+  if (st.ok() && m.profiling) {
+    auto ms = [&](size_t a, size_t b) {
+      float v = 0;
+      return cudaEventElapsedTime(&v, m.events[a], m.events[b]) == cudaSuccess ? static_cast<double>(v) : -1.0;
+    };
+    m.stats.embed_ms = ms(0, 1);
+    m.stats.layer_ms.assign(c.num_hidden_layers, 0.0);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) m.stats.layer_ms[l] = ms(1 + l, 2 + l);
+    m.stats.head_ms = ms(1 + c.num_hidden_layers, m.events.size() - 1);
+  }
+  if (!st.ok()) return st;  // NOTE: pages reserved above stay with their sequences (released with them).
+  if (logits) {
+    logits->clear();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t r0 = row_of_input[i];
+      logits->insert(logits->end(), all.begin() + r0 * V, all.begin() + (r0 + nrows_of_input[i]) * V);
+    }
+  }
+  if (next_ids) {
+    next_ids->clear();
+    for (size_t i = 0; i < batch.size(); ++i) next_ids->push_back(ids[row_of_input[i] + nrows_of_input[i] - 1]);
+  }
+  for (const Input& in : batch) m.seqs[in.seq].num_tokens += static_cast<int64_t>(in.ids.size());
+  return Status::Ok();
+}
+
+}  // namespace gyre
