@@ -138,10 +138,10 @@ EOF2
 fi
 
 # ---- 3. self-check, ceilings and microbenchmarks ----
-if [[ -n "$BENCH" ]] && has_step kda; then
+if has_step kda && [[ -n "$BENCH" ]]; then
   echo "== gyre_cuda_bench"
   timeout ${GYRE_BENCH_TIMEOUT:-240} "$BENCH" --out "$OUT" --commit "$COMMIT" ${GYRE_BENCH_ARGS:-} || status=1
-else
+elif has_step kda; then
   echo "== no gyre_cuda_bench"
   status=1
 fi

@@ -59,4 +59,51 @@ void Route(const float* logits, int64_t n, std::span<const float> bias, const Ro
   }
 }
 
+void MoeExperts(const float* x, int64_t n, const int32_t* idx, const float* w, int64_t top_k, const float* gate_up,
+                const float* down, const ExpertDims& d, float swiglu_limit, float* out) {
+  const int64_t E = d.num_experts, D = d.hidden, I = d.inter;
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t e = idx[t * top_k + j];
+      if (e >= 0 && e < E) by_expert[e].push_back({t, w[t * top_k + j]});
+    }
+  std::fill(out, out + n * D, 0.0f);
+  std::vector<float> g, u, a, y;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& hits = by_expert[e];
+    if (hits.empty()) continue;
+    const int64_t m = static_cast<int64_t>(hits.size());
+    const float* wg = gate_up + e * 2 * I * D;
+    const float* wd = down + e * D * I;
+    g.assign(m * I, 0.0f);
+    u.assign(m * I, 0.0f);
+    a.resize(m * I);
+    y.assign(m * D, 0.0f);
+    for (int64_t r = 0; r < m; ++r) {
+      const float* xr = x + hits[r].first * D;
+      for (int64_t i = 0; i < I; ++i) {
+        float sg = 0, su = 0;
+        for (int64_t k = 0; k < D; ++k) {
+          sg += xr[k] * wg[i * D + k];
+          su += xr[k] * wg[(I + i) * D + k];
+        }
+        g[r * I + i] = sg;
+        u[r * I + i] = su;
+      }
+    }
+    SwiGlu(g.data(), I, u.data(), I, m, I, swiglu_limit, a.data(), Numerics{});
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t k = 0; k < D; ++k) {
+        float s = 0;
+        for (int64_t i = 0; i < I; ++i) s += a[r * I + i] * wd[k * I + i];
+        y[r * D + k] = s;
+      }
+      float* dst = out + hits[r].first * D;
+      const float wt = hits[r].second;
+      for (int64_t k = 0; k < D; ++k) dst[k] += y[r * D + k] * wt;
+    }
+  }
+}
+
 }  // namespace gyre::ops

@@ -22,4 +22,16 @@ struct RouterParams {
 void Route(const float* logits, int64_t n, std::span<const float> bias, const RouterParams& p, int32_t* idx,
            float* w);
 
+struct ExpertDims {
+  int64_t num_experts = 0, hidden = 0, inter = 0;  // E, D, I
+};
+
+// The routed experts of the MoE layer (runtime/model.cc MlpLayer without the shared expert), fp32,
+// grouped by expert as the model does: out[t] = Σ_j w[t, j] · down_e(SwiGlu(gate_e·x_t, up_e·x_t))
+// with e = idx[t, j]. x [n, D]; idx, w [n, top_k]; gate_up [E, 2I, D] (rows [0, I) gate, [I, 2I)
+// up); down [E, D, I]; swiglu_limit as SwiGlu (<= 0: no clamp). Entries with idx outside [0, E)
+// contribute nothing (padding). Writes out [n, D].
+void MoeExperts(const float* x, int64_t n, const int32_t* idx, const float* w, int64_t top_k, const float* gate_up,
+                const float* down, const ExpertDims& d, float swiglu_limit, float* out);
+
 }  // namespace gyre::ops

@@ -299,3 +299,51 @@ Vec Route(const std::vector<float>& logits, int64_t n, int64_t e, const std::vec
 }
 
 }  // namespace gyre::ops::ref
+
+namespace gyre::ops::ref {
+
+Vec HcPost(const std::vector<float>& x, int64_t t, int64_t n, int64_t d, const std::vector<float>& a,
+           const std::vector<float>& post, const std::vector<float>& comb) {
+  Vec out(t * n * d);
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t c = 0; c < d; ++c) {
+        double v = static_cast<double>(post[i * n + s]) * a[i * d + c];
+        for (int64_t j = 0; j < n; ++j) v += static_cast<double>(comb[(i * n + j) * n + s]) * x[(i * n + j) * d + c];
+        out[(i * n + s) * d + c] = v;
+      }
+  return out;
+}
+
+Vec MoeExperts(const std::vector<float>& x, int64_t n, const std::vector<int32_t>& idx, const std::vector<float>& w,
+               int64_t k, const std::vector<float>& gate_up, const std::vector<float>& down, int64_t e, int64_t d,
+               int64_t inter, double limit) {
+  Vec out(n * d, 0.0), a(inter);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t ex = idx[t * k + j];
+      if (ex < 0 || ex >= e) continue;
+      const float* gu = &gate_up[ex * 2 * inter * d];
+      const float* dn = &down[ex * d * inter];
+      for (int64_t i = 0; i < inter; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          g += static_cast<double>(x[t * d + c]) * gu[i * d + c];
+          u += static_cast<double>(x[t * d + c]) * gu[(inter + i) * d + c];
+        }
+        if (limit > 0) {
+          g = std::min(g, limit);
+          u = std::clamp(u, -limit, limit);
+        }
+        a[i] = g * Sig(g) * u;
+      }
+      for (int64_t c = 0; c < d; ++c) {
+        double y = 0;
+        for (int64_t i = 0; i < inter; ++i) y += a[i] * dn[c * inter + i];
+        out[t * d + c] += static_cast<double>(w[t * k + j]) * y;
+      }
+    }
+  return out;
+}
+
+}  // namespace gyre::ops::ref

@@ -46,5 +46,17 @@ std::vector<std::vector<int32_t>> IndexerSelect(const std::vector<float>& q, con
 // Router: returns idx [n, k] as doubles followed by weights [n, k].
 Vec Route(const std::vector<float>& logits, int64_t n, int64_t e, const std::vector<float>& bias, int64_t k,
           int64_t groups, int64_t topk_group, bool renorm, double scale);
+// Routed experts: out[t] = Σ_j w[t,j] · down_e(silu(min(g, L)) · clamp(u, ±L)), g/u = gate_up[e] rows
+// [0, I) / [I, 2I) times x_t, e = idx[t, j]; entries outside [0, E) skipped. Returns out [n, d].
+Vec MoeExperts(const std::vector<float>& x, int64_t n, const std::vector<int32_t>& idx, const std::vector<float>& w,
+               int64_t k, const std::vector<float>& gate_up, const std::vector<float>& down, int64_t e, int64_t d,
+               int64_t inter, double limit);
 
+}  // namespace gyre::ops::ref
+
+namespace gyre::ops::ref {
+// mHC post: X'[t, s] = post[t, s]·a[t] + Σ_j comb[t, j, s]·X[t, j] for every stream s; x [t, n, d],
+// a [t, d], post [t, n], comb [t, n, n] (row-major C[j, s]). Returns X' [t, n, d].
+Vec HcPost(const std::vector<float>& x, int64_t t, int64_t n, int64_t d, const std::vector<float>& a,
+           const std::vector<float>& post, const std::vector<float>& comb);
 }  // namespace gyre::ops::ref

@@ -14,6 +14,9 @@
 #include "ops/moe.h"
 #include "ops/reference.h"
 #ifdef GYRE_CUDA
+#include "ops/cuda/elementwise_host.h"
+#include "ops/cuda/mla_host.h"
+#include "ops/cuda/moe_host.h"
 #include "ops/cuda/ops_cuda.h"
 #endif
 
@@ -182,6 +185,12 @@ struct RmsNormOp : NoNote {
     RmsNorm(in.x.data(), in.n, in.d, in.w, 1e-5f, out->data(), Numerics{});
   }
   static ref::Vec Ref(const Inputs& in) { return ref::RmsNorm(in.x, in.n, in.d, in.w, 1e-5); }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.d, kNaN);
+    return cuda::RmsNormOnDevice(in.x.data(), in.n, in.d, in.w.data(), 1e-5f, out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double n = d.at("N"), dd = d.at("D");
     return {4 * n * dd, 4 * (2 * n * dd + dd)};
@@ -203,6 +212,12 @@ struct SwiGluOp : NoNote {
     SwiGlu(in.g.data(), in.w, in.u.data(), in.w, in.n, in.w, 10.0f, out->data(), Numerics{});
   }
   static ref::Vec Ref(const Inputs& in) { return ref::SwiGlu(in.g, in.u, 10.0); }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.w, kNaN);
+    return cuda::SwiGluOnDevice(in.g.data(), in.u.data(), in.n, in.w, 10.0f, out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double e = double(d.at("N")) * d.at("W");
     return {6 * e, 12 * e};
@@ -225,6 +240,14 @@ struct ConvOp : NoNote {
     CausalConv1dSilu(in.x.data(), in.t, in.ch, in.w.data(), in.width, st.data(), out->data(), Numerics{});
   }
   static ref::Vec Ref(const Inputs& in) { return ref::Conv(in.x, in.t, in.ch, in.w, in.width, in.state); }
+#ifdef GYRE_CUDA
+  // Ragged kernel in two calls with a padding and an empty sequence; checks the tails (elementwise_host.h).
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.ch, kNaN);
+    std::vector<float> st = in.state;
+    return cuda::CausalConv1dSiluOnDevice(in.x.data(), in.t, in.ch, in.w.data(), in.width, st.data(), out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double e = double(d.at("T")) * d.at("C");
     return {8 * e + 4 * e, 8 * e};
@@ -252,6 +275,13 @@ struct GateOp : NoNote {
   static ref::Vec Ref(const Inputs& in) {
     return ref::Gate(in.f, in.t, in.h, in.k, in.dt, in.alog, in.softplus ? std::nullopt : std::optional<double>(-5.0));
   }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.h * in.k, kNaN);
+    return cuda::KdaGateOnDevice(in.f.data(), in.t, in.h, in.k, in.dt.data(), in.alog.data(), !in.softplus, -5.0f,
+                                 out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double e = double(d.at("T")) * d.at("H") * d.at("K");
     return {6 * e, 8 * e};
@@ -328,6 +358,12 @@ struct GatedNormOp : NoNote {
     GatedRmsNorm(in.o.data(), in.z.data(), in.t, {in.h, in.v}, in.w, 1e-5f, out->data(), Numerics{});
   }
   static ref::Vec Ref(const Inputs& in) { return ref::GatedNorm(in.o, in.z, in.t * in.h, in.v, in.w, 1e-5); }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.h * in.v, kNaN);
+    return cuda::GatedRmsNormOnDevice(in.o.data(), in.z.data(), in.t, in.h, in.v, in.w.data(), 1e-5f, out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double e = double(d.at("T")) * d.at("H") * d.at("K");
     return {8 * e, 12 * e};
@@ -358,9 +394,52 @@ struct HcPreOp : NoNote {
   static ref::Vec Ref(const Inputs& in) {
     return ref::HcPre(in.x, in.t, in.n, in.d, in.fn.data, in.base, in.scale, 1e-5, 1e-6, 20);
   }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    const int64_t t = in.t, n = in.n;
+    std::vector<float> post(t * n, kNaN), comb(t * n * n, kNaN), y(t * in.d, kNaN);
+    GYRE_RETURN_IF_ERROR(cuda::HcPreOnDevice(in.x.data(), t, n, in.d, in.fn.data.data(), in.base.data(),
+                                             in.scale.data(), 1e-5f, 1e-6f, 20, post.data(), comb.data(), y.data()));
+    *out = post;
+    out->insert(out->end(), comb.begin(), comb.end());
+    out->insert(out->end(), y.begin(), y.end());
+    return Status::Ok();
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double t = d.at("T"), nd = 4.0 * d.at("D");
     return {2 * t * nd * 24 + 6 * t * nd, 4 * (t * nd + 24 * nd + t * d.at("D"))};
+  }
+};
+
+// In place on the streams; post and comb drawn like HcPre's outputs (post in (0, 2), comb near
+// doubly stochastic).
+struct HcPostOp : NoNote {
+  struct Inputs {
+    std::vector<float> x, a, post, comb;
+    int64_t t, n, d;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
+    Rng r(seed);
+    const int64_t t = dm.at("T"), n = 4, d = dm.at("D");
+    return {r.Normal(t * n * d), r.Normal(t * d), r.Uniform(t * n, 0.0f, 2.0f), r.Uniform(t * n * n, 0.0f, 0.5f),
+            t, n, d};
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    *out = in.x;
+    const HcParams p{in.n, in.d, 1e-5f, 1e-6f, 20};
+    HcPost(out->data(), in.t, in.a.data(), in.post.data(), in.comb.data(), p, Numerics{});
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::HcPost(in.x, in.t, in.n, in.d, in.a, in.post, in.comb); }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    *out = in.x;
+    return cuda::HcPostOnDevice(out->data(), in.t, in.n, in.d, in.a.data(), in.post.data(), in.comb.data());
+  }
+#endif
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double t = d.at("T"), dd = d.at("D"), n = 4;
+    return {t * n * dd * (2 * n + 2), 4 * (2 * t * n * dd + t * dd + t * n * (n + 1))};
   }
 };
 
@@ -400,6 +479,18 @@ struct MlaOp {
     MlaShape sh{in.h, in.nope, in.rope, in.v, in.lora, 1.0f / std::sqrt(float(in.nope + in.rope))};
     MlaAttention(in.q.data(), in.s, in.t - in.s, lat, kr, in.kvb, sh, in.sel, out->data(), Numerics{});
   }
+#ifdef GYRE_CUDA
+  // Paged cache (4-token pages, shuffled table), a padding token in front (mla_host.h).
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.s * in.h * in.v, kNaN);
+    cuda::MlaHostArgs a;
+    a.q = in.q.data(), a.latent = in.latent.data(), a.krot = in.krot.data(), a.kv_b = in.kvb.data.data();
+    a.s = in.s, a.t = in.t, a.heads = in.h, a.nope = in.nope, a.rope = in.rope, a.v = in.v, a.kv_lora = in.lora;
+    a.scale = 1.0f / std::sqrt(float(in.nope + in.rope));
+    if (!in.sel.causal) a.sel_offsets = in.sel.offsets.data(), a.sel_indices = in.sel.indices.data();
+    return cuda::MlaAttentionOnDevice(a, out->data());
+  }
+#endif
   static ref::Vec Ref(const Inputs& in) {
     return ref::Mla(in.q, in.s, in.latent, in.krot, in.kvb.data, in.h, in.nope, in.rope, in.v, in.lora,
                     1.0 / std::sqrt(double(in.nope + in.rope)), in.sel_lists);
@@ -425,6 +516,12 @@ struct PoolKeyOp : NoNote {
     out->assign(in.d, kNaN);
     PoolKey(in.k.data(), in.gamma.data(), in.ape.data(), in.m, in.d, out->data(), Numerics{});
   }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.d, kNaN);
+    return cuda::PoolKeyOnDevice(in.k.data(), in.gamma.data(), in.ape.data(), in.m, in.d, out->data());
+  }
+#endif
   static ref::Vec Ref(const Inputs& in) { return ref::PoolKey(in.k, in.gamma, in.ape, in.m, in.d); }
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double e = double(d.at("M")) * d.at("D");
@@ -457,6 +554,19 @@ struct IndexerOp {
     for (int64_t i = 0; i < in.s; ++i) rows[i].assign(sel.indices.begin() + sel.offsets[i], sel.indices.begin() + sel.offsets[i + 1]);
     *out = Membership(rows, in.t);
   }
+#ifdef GYRE_CUDA
+  // Runs the shared- and global-memory select paths and checks they agree (mla_host.h).
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    cuda::IndexerHostArgs a;
+    a.q_idx = in.q.data(), a.w = in.w.data(), a.pool_keys = in.pk.data();
+    a.s = in.s, a.pos0 = in.t - in.s, a.num_pools = in.p;
+    a.heads = in.heads, a.head_dim = in.d, a.kpool = in.m, a.topk = in.topk, a.tail = true;
+    std::vector<std::vector<int32_t>> rows;
+    GYRE_RETURN_IF_ERROR(cuda::IndexerSelectOnDevice(a, &rows));
+    *out = Membership(rows, in.t);
+    return Status::Ok();
+  }
+#endif
   static ref::Vec Ref(const Inputs& in) {
     auto rows = ref::IndexerSelect(in.q, in.w, in.s, in.t - in.s, in.pk, in.p, in.heads, in.d, in.m, in.topk, true);
     auto mem = Membership(rows, in.t);
@@ -490,6 +600,18 @@ struct RouteOp {
     out->assign(idx.begin(), idx.end());
     out->insert(out->end(), w.begin(), w.end());
   }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    std::vector<int32_t> idx(in.n * in.k, -1);
+    std::vector<float> w(in.n * in.k, kNaN);
+    GYRE_RETURN_IF_ERROR(cuda::MoeRouteOnDevice(in.logits.data(), in.n, in.bias.data(),
+                                                {in.e, in.k, in.groups, in.topk_group, true, 2.5f}, idx.data(),
+                                                w.data()));
+    out->assign(idx.begin(), idx.end());
+    out->insert(out->end(), w.begin(), w.end());
+    return Status::Ok();
+  }
+#endif
   static ref::Vec Ref(const Inputs& in) {
     return ref::Route(in.logits, in.n, in.e, in.bias, in.k, in.groups, in.topk_group, true, 2.5);
   }
@@ -497,6 +619,50 @@ struct RouteOp {
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double n = d.at("N"), e = d.at("E");
     return {n * e * 8, 4 * n * e};
+  }
+};
+
+// Routed experts (runtime/model.cc MlpLayer without the shared expert), fp32 weights: idx/w come
+// from random logits through Route; x is wide enough that both SwiGLU clamps trigger; when T > 1
+// the last slot of the last token is -1, a padding entry that must contribute nothing.
+struct MoeExpertsOp : NoNote {
+  struct Inputs {
+    std::vector<float> x, w, gate_up, down;
+    std::vector<int32_t> idx;
+    int64_t t, k;
+    ExpertDims d;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
+    Rng r(seed);
+    const int64_t t = dm.at("T"), e = dm.at("E"), k = dm.at("K"), d = dm.at("D"), i = dm.at("I");
+    Inputs in{r.Normal(t * d, 4.0f), {}, r.Normal(e * 2 * i * d, 1.0f / std::sqrt(float(d))),
+              r.Normal(e * d * i, 1.0f / std::sqrt(float(i))), {}, t, k, {e, d, i}};
+    const std::vector<float> logits = r.Normal(t * e, 2.0f);
+    in.idx.resize(t * k);
+    in.w.resize(t * k);
+    Route(logits.data(), t, {}, {e, k, 1, 1, true, 2.5f}, in.idx.data(), in.w.data());
+    if (t > 1) in.idx[t * k - 1] = -1;
+    return in;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.d.hidden, kNaN);
+    MoeExperts(in.x.data(), in.t, in.idx.data(), in.w.data(), in.k, in.gate_up.data(), in.down.data(), in.d, 10.0f,
+               out->data());
+  }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.t * in.d.hidden, kNaN);
+    return cuda::MoeExpertsOnDevice(in.x.data(), in.t, in.idx.data(), in.w.data(), in.k, in.gate_up.data(),
+                                    in.down.data(), in.d, /*bf16_weights=*/false, 10.0f, out->data());
+  }
+#endif
+  static ref::Vec Ref(const Inputs& in) {
+    return ref::MoeExperts(in.x, in.t, in.idx, in.w, in.k, in.gate_up, in.down, in.d.num_experts, in.d.hidden,
+                           in.d.inter, 10.0);
+  }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double t = d.at("T"), e = d.at("E"), k = d.at("K"), dd = d.at("D"), i = d.at("I");
+    return {6 * t * k * dd * i, 4 * (2 * t * dd + 2 * t * k + e * 3 * dd * i)};
   }
 };
 
@@ -508,21 +674,26 @@ std::vector<OpSpec> BuildRegistry() {
                                  {S({{"N", 1}, {"IN", 64}, {"OUT", 96}}), S({{"N", 37}, {"IN", 129}, {"OUT", 65}}),
                                   S({{"N", 128}, {"IN", 256}, {"OUT", 512}})}));
   r.push_back(MakeSpec<RmsNormOp>("rmsnorm", "fp32-reassociation", 1e-5,
-                                  {S({{"N", 1}, {"D", 64}}), S({{"N", 33}, {"D", 4096}})}));
+                                  {S({{"N", 1}, {"D", 64}}), S({{"N", 3}, {"D", 37}}), S({{"N", 33}, {"D", 4096}})}));
   r.push_back(MakeSpec<SwiGluOp>("swiglu", "fp32-reassociation", 1e-5,
-                                 {S({{"N", 1}, {"W", 32}}), S({{"N", 17}, {"W", 2048}})}));
+                                 {S({{"N", 1}, {"W", 32}}), S({{"N", 3}, {"W", 37}}), S({{"N", 17}, {"W", 2048}})}));
   r.push_back(MakeSpec<ConvOp>("kda.conv", "fp32-reassociation", 1e-5,
                                {S({{"T", 1}, {"C", 48}}), S({{"T", 2}, {"C", 48}}), S({{"T", 70}, {"C", 384}})}));
   r.push_back(MakeSpec<GateOp>("kda.gate", "fp32-reassociation", 1e-5,
                                {S({{"T", 5}, {"H", 2}, {"K", 16}, {"SOFTPLUS", 0}}),
-                                S({{"T", 5}, {"H", 2}, {"K", 16}, {"SOFTPLUS", 1}})}));
+                                S({{"T", 5}, {"H", 2}, {"K", 16}, {"SOFTPLUS", 1}}),
+                                S({{"T", 3}, {"H", 3}, {"K", 7}, {"SOFTPLUS", 1}})}));
   const std::vector<OpShape> kda_shapes = {S({{"T", 1}, {"H", 2}, {"K", 16}}), S({{"T", 63}, {"H", 2}, {"K", 16}}),
                                            S({{"T", 65}, {"H", 2}, {"K", 16}}), S({{"T", 200}, {"H", 3}, {"K", 32}})};
   r.push_back(MakeSpec<KdaOp<true>>("kda.chunk", "fp32-iterative", 1e-4, kda_shapes));
   r.push_back(MakeSpec<KdaOp<false>>("kda.recurrent", "fp32-iterative", 1e-4, kda_shapes));
   r.push_back(MakeSpec<GatedNormOp>("kda.gated_norm", "fp32-reassociation", 1e-5,
-                                    {S({{"T", 3}, {"H", 4}, {"K", 16}}), S({{"T", 64}, {"H", 8}, {"K", 128}})}));
-  r.push_back(MakeSpec<HcPreOp>("hc.pre", "fp32-iterative", 1e-5, {S({{"T", 1}, {"D", 32}}), S({{"T", 9}, {"D", 256}})}));
+                                    {S({{"T", 3}, {"H", 4}, {"K", 16}}), S({{"T", 3}, {"H", 3}, {"K", 17}}),
+                                     S({{"T", 64}, {"H", 8}, {"K", 128}})}));
+  r.push_back(MakeSpec<HcPreOp>("hc.pre", "fp32-iterative", 1e-5,
+                                {S({{"T", 1}, {"D", 32}}), S({{"T", 2}, {"D", 37}}), S({{"T", 9}, {"D", 256}})}));
+  r.push_back(MakeSpec<HcPostOp>("hc.post", "fp32-reassociation", 1e-5,
+                                 {S({{"T", 1}, {"D", 32}}), S({{"T", 2}, {"D", 37}}), S({{"T", 9}, {"D", 256}})}));
   r.push_back(MakeSpec<MlaOp>("mla.attention", "fp32-reassociation", 1e-5,
                               {S({{"S", 1}, {"T", 1}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 0}}),
                                S({{"S", 5}, {"T", 40}, {"H", 3}, {"ROPE", 8}, {"SPARSE", 0}}),
@@ -538,6 +709,11 @@ std::vector<OpSpec> BuildRegistry() {
                                  S({{"N", 64}, {"E", 288}, {"K", 8}, {"G", 1}, {"HOT", 0}}),
                                  S({{"N", 32}, {"E", 64}, {"K", 6}, {"G", 8}, {"HOT", 0}}),
                                  S({{"N", 32}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 1}})}));
+  r.push_back(MakeSpec<MoeExpertsOp>("moe.experts", "fp32-reassociation", 1e-5,
+                                     {S({{"T", 1}, {"E", 8}, {"K", 2}, {"D", 64}, {"I", 32}}),
+                                      S({{"T", 5}, {"E", 8}, {"K", 2}, {"D", 64}, {"I", 32}}),
+                                      S({{"T", 33}, {"E", 16}, {"K", 4}, {"D", 128}, {"I", 64}}),
+                                      S({{"T", 70}, {"E", 8}, {"K", 2}, {"D", 70}, {"I", 40}})}));
   return r;
 }
 

@@ -999,6 +999,7 @@ int64_t CudaModel::NumTokens(int seq) const {
 }
 
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
+void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on; }
 
 Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logits, std::vector<int32_t>* next_ids) {
   Impl& m = *impl_;

@@ -81,6 +81,8 @@ class CudaModel {
 
   // Blocks until the GPU is idle (for timing).
   Status Synchronize();
+  // Turns CUDA graphs for decode steps on or off (eager steps are profiled per layer).
+  void SetDecodeGraphs(bool on);
 
   struct Impl;
 

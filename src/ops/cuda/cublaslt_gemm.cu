@@ -40,9 +40,6 @@ Status GemmLt::Run(GemmDType dtype, const void* x, const void* w, void* y, int64
   if (ldx == 0) ldx = k;
   if (ldy == 0) ldy = n;
   if (ldx < k || ldy < n) return Status::InvalidArgument("gemm: row strides must be at least k and n");
-  const int64_t in_b = GemmInBytes(dtype), out_b = dtype == GemmDType::kBf16 ? 2 : 4;
-  if ((ldx * in_b) % 16 != 0 || (ldy * out_b) % 16 != 0)
-    return Status::InvalidArgument("gemm: row strides must be multiples of 16 bytes");
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (!aligned(x) || !aligned(w) || !aligned(y)) return Status::InvalidArgument("gemm: pointers must be 16-byte aligned");
   const auto key = std::make_tuple(m, n, k, static_cast<int>(dtype), ldx, ldy);

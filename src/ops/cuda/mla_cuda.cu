@@ -1,0 +1,279 @@
+// Host side of the MLA / DSA kernels (mla_cuda.h): validate, plan the key splits and the
+// workspace, launch. Device code: sm90_mla_indexer.cu, sm90_mla_attention.cu.
+#include "ops/cuda/mla_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/mla_kernels.h"
+
+namespace gyre::cuda {
+namespace {
+
+using internal::kMlaHeads;
+using internal::kMlaKeys;
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
+
+int NumSms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
+int SmemOptin() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return 0;
+    return v;
+  }();
+  return n;
+}
+
+internal::TokenRows Rows(const PagedBatch& b) {
+  return {b.tok_seq, b.tok_pos, b.block_table, b.max_pages, b.page_tokens};
+}
+
+Status CheckBatch(const PagedBatch& b, const char* op) {
+  const std::string o(op);
+  if (b.num_tokens < 0 || b.num_tokens > 65535) return Status::InvalidArgument(o + ": num_tokens out of [0, 65535]");
+  if (b.num_tokens == 0) return Status::Ok();
+  if (!b.tok_seq || !b.tok_pos || !b.block_table) return Status::InvalidArgument(o + ": null batch array");
+  if (b.num_seqs < 1 || b.max_pages < 1 || b.page_tokens < 1) return Status::InvalidArgument(o + ": empty page table");
+  if (b.max_context < 1 || b.max_context > b.max_pages * b.page_tokens || b.max_context >= (int64_t(1) << 31))
+    return Status::InvalidArgument(o + ": max_context " + std::to_string(b.max_context) +
+                                   " out of [1, max_pages * page_tokens] or >= 2^31");
+  return Status::Ok();
+}
+
+// Key splits and workspace layout of one MlaAttention call.
+struct MlaPlan {
+  int head_groups = 1, num_splits = 1, keys_per_split = kMlaKeys;
+  size_t q_lat = 0, o_lat = 0, ml = 0, part = 0, bytes = 0;  // byte offsets, total
+};
+
+// Splits the keys so that (splits × tokens × head groups) blocks fill the SMs once (one block per
+// SM: the attention tile uses ~200 KB of shared memory); never more splits than 32-key chunks.
+// The partial buffers are sized for `cap` splits, which bounds num_splits for every max_keys up to
+// this one, so MlaWorkspaceBytes(max_context) covers any sel_cap.
+MlaPlan PlanMla(const MlaDims& d, int64_t num_tokens, int64_t max_keys) {
+  MlaPlan p;
+  p.head_groups = static_cast<int>((d.num_heads + kMlaHeads - 1) / kMlaHeads);
+  const int64_t base = std::max<int64_t>(1, num_tokens * p.head_groups);
+  const int64_t chunks = std::max<int64_t>(1, (max_keys + kMlaKeys - 1) / kMlaKeys);
+  const int64_t cap = std::min<int64_t>(std::clamp<int64_t>(NumSms() / base, 1, internal::kMlaMaxSplits), chunks);
+  const int64_t per = (chunks + cap - 1) / cap;  // chunks per split
+  p.keys_per_split = static_cast<int>(per * kMlaKeys);
+  p.num_splits = static_cast<int>((chunks + per - 1) / per);
+  const size_t thr = sizeof(float) * num_tokens * d.num_heads * d.kv_lora;
+  p.q_lat = 0;
+  p.o_lat = Align256(thr);
+  p.ml = p.o_lat + Align256(thr);
+  p.part = p.ml;
+  p.bytes = p.ml;
+  if (cap > 1) {
+    p.part = p.ml + Align256(sizeof(float) * 2 * cap * num_tokens * d.num_heads);
+    p.bytes = p.part + Align256(thr * cap);
+  }
+  return p;
+}
+
+Status CheckMlaDims(const MlaDims& d) {
+  const auto bad = [](const std::string& m) { return Status::InvalidArgument("mla.attention: " + m); };
+  if (d.num_heads < 1 || d.num_heads > 65535 * kMlaHeads) return bad("num_heads out of range");
+  if (d.nope < 16 || d.nope % 16 != 0) return bad("nope must be a positive multiple of 16");
+  if (d.v < 8 || d.v % 8 != 0) return bad("v must be a positive multiple of 8");
+  if (d.kv_lora < 16 || d.kv_lora % 16 != 0 || d.kv_lora > internal::kMlaMaxLatent)
+    return bad("kv_lora must be a multiple of 16 in [16, 512]");
+  if (d.rope < 0 || d.rope % 4 != 0 || d.kv_lora + d.rope > internal::kMlaMaxQk)
+    return bad("rope must be a multiple of 4 with kv_lora + rope <= 576");
+  if (!(d.scale > 0.0f) || std::isinf(d.scale)) return bad("scale must be positive and finite");
+  return Status::Ok();
+}
+
+Status CheckIndexerDims(const IndexerDims& d) {
+  const auto bad = [](const std::string& m) { return Status::InvalidArgument("dsa.select: " + m); };
+  if (d.num_heads < 1 || d.num_heads > internal::kIdxMaxHeads) return bad("num_heads out of [1, 32]");
+  if (d.head_dim < 8 || d.head_dim % 8 != 0 || d.head_dim > 512) return bad("head_dim must be a multiple of 8 in [8, 512]");
+  if (d.kpool < 1 || d.kpool > 64) return bad("kpool out of [1, 64]");
+  if (d.topk < 0 || d.topk >= (int64_t(1) << 30)) return bad("topk out of range");
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- cache write and pooled keys ------------------------------------------------------------------
+
+Status CacheWrite(const float* src, int64_t ld_src, int64_t width, const PagedBatch& b, float* cache,
+                  cudaStream_t stream) {
+  GYRE_RETURN_IF_ERROR(CheckBatch(b, "cache_write"));
+  if (width < 1 || ld_src < width) return Status::InvalidArgument("cache_write: need width >= 1 and ld_src >= width");
+  if (b.num_tokens == 0) return Status::Ok();
+  if (!src || !cache) return Status::InvalidArgument("cache_write: null pointer");
+  GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchCacheWrite({src, ld_src, width, b.num_tokens, Rows(b), cache}, stream));
+  return Status::Ok();
+}
+
+Status IndexerPoolKeys(const float* idx_k, const float* gamma, const float* ape, int64_t m, int64_t di,
+                       const PagedBatch& b, float* pool_keys, cudaStream_t stream) {
+  GYRE_RETURN_IF_ERROR(CheckBatch(b, "dsa.pool_key"));
+  if (m < 1 || m > 64 || di < 1 || di > 65536) return Status::InvalidArgument("dsa.pool_key: m out of [1, 64] or bad di");
+  if (b.num_tokens == 0) return Status::Ok();
+  if (!idx_k || !gamma || !ape || !pool_keys) return Status::InvalidArgument("dsa.pool_key: null pointer");
+  internal::PoolKeyArgs a{idx_k, gamma, ape, static_cast<int>(m), static_cast<int>(di), b.num_tokens, Rows(b), pool_keys};
+  GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchPoolKeys(a, stream));
+  return Status::Ok();
+}
+
+// ---- indexer select ------------------------------------------------------------------------------
+
+size_t IndexerWorkspaceBytes(const IndexerDims& d, int64_t num_tokens, int64_t max_context) {
+  const int64_t pools = d.kpool > 0 ? max_context / d.kpool : 0;
+  return Align256(sizeof(uint32_t) * std::max<int64_t>(0, num_tokens) * std::max<int64_t>(0, pools));
+}
+
+namespace internal {
+
+Status IndexerSelectStaged(const float* q_idx, const float* w, const float* pool_keys, const IndexerDims& d,
+                           const PagedBatch& b, int32_t* sel, int32_t* sel_count, void* workspace,
+                           size_t workspace_bytes, int64_t smem_keys, cudaStream_t stream) {
+  GYRE_RETURN_IF_ERROR(CheckIndexerDims(d));
+  GYRE_RETURN_IF_ERROR(CheckBatch(b, "dsa.select"));
+  if (b.num_tokens == 0) return Status::Ok();
+  if (!q_idx || !w || !pool_keys || !sel || !sel_count) return Status::InvalidArgument("dsa.select: null pointer");
+  if (!Aligned16(q_idx) || !Aligned16(pool_keys) || !Aligned16(workspace))
+    return Status::InvalidArgument("dsa.select: q_idx, pool_keys and workspace must be 16-byte aligned");
+  const size_t need = IndexerWorkspaceBytes(d, b.num_tokens, b.max_context);
+  if (workspace_bytes < need || (need > 0 && !workspace))
+    return Status::InvalidArgument("dsa.select: workspace " + std::to_string(workspace_bytes) + " < " +
+                                   std::to_string(need) + " bytes");
+  const int64_t max_pools = b.max_context / d.kpool;
+  const int64_t staged = std::min(max_pools, smem_keys);
+  if (static_cast<int64_t>(sizeof(uint32_t)) * staged + 4096 > SmemOptin())
+    return Status::InvalidArgument("dsa.select: staging " + std::to_string(staged) + " keys exceeds shared memory");
+  auto* keys = static_cast<uint32_t*>(workspace);
+  if (max_pools > 0) {
+    const IndexerScoreArgs sa{q_idx,
+                              w,
+                              pool_keys,
+                              static_cast<int>(d.num_heads),
+                              static_cast<int>(d.head_dim),
+                              static_cast<int>(d.kpool),
+                              1.0f / std::sqrt(static_cast<float>(d.head_dim)),
+                              b.num_tokens,
+                              Rows(b),
+                              keys,
+                              max_pools};
+    GYRE_CUDA_RETURN_IF_ERROR(LaunchIndexerScores(sa, max_pools, stream));
+  }
+  const IndexerSelectArgs la{keys,
+                             max_pools,
+                             static_cast<int>(d.kpool),
+                             static_cast<int>(d.topk / d.kpool),
+                             d.tail,
+                             b.num_tokens,
+                             Rows(b),
+                             sel,
+                             sel_count,
+                             IndexerSelCap(d),
+                             staged};
+  GYRE_CUDA_RETURN_IF_ERROR(LaunchIndexerSelect(la, max_pools, stream));
+  return Status::Ok();
+}
+
+}  // namespace internal
+
+Status IndexerSelect(const float* q_idx, const float* w, const float* pool_keys, const IndexerDims& d,
+                     const PagedBatch& b, int32_t* sel, int32_t* sel_count, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream) {
+  return internal::IndexerSelectStaged(q_idx, w, pool_keys, d, b, sel, sel_count, workspace, workspace_bytes,
+                                       internal::kIdxSelectSmemKeys, stream);
+}
+
+// ---- MLA attention -------------------------------------------------------------------------------
+
+size_t MlaWorkspaceBytes(const MlaDims& d, int64_t num_tokens, int64_t max_context) {
+  if (num_tokens <= 0 || d.num_heads <= 0 || d.kv_lora <= 0) return 0;
+  return PlanMla(d, num_tokens, std::max<int64_t>(1, max_context)).bytes;
+}
+
+Status MlaAttention(const float* q, const float* latent, const float* krot, const DMat& kv_b, const MlaDims& d,
+                    const PagedBatch& b, const int32_t* sel, const int32_t* sel_count, int64_t sel_cap, float* out,
+                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  GYRE_RETURN_IF_ERROR(CheckMlaDims(d));
+  GYRE_RETURN_IF_ERROR(CheckBatch(b, "mla.attention"));
+  const int64_t H = d.num_heads, R = d.kv_lora, blk = d.nope + d.v, qd = d.nope + d.rope;
+  if (kv_b.rows != H * blk || kv_b.cols != R)
+    return Status::InvalidArgument("mla.attention: kv_b is [" + std::to_string(kv_b.rows) + ", " +
+                                   std::to_string(kv_b.cols) + "], want [" + std::to_string(H * blk) + ", " +
+                                   std::to_string(R) + "]");
+  if (b.num_tokens == 0) return Status::Ok();
+  if (!q || !latent || !kv_b.data || !out || (d.rope > 0 && !krot))
+    return Status::InvalidArgument("mla.attention: null pointer");
+  if (sel && (!sel_count || sel_cap < 1)) return Status::InvalidArgument("mla.attention: sel needs sel_count and sel_cap >= 1");
+  if (!Aligned16(q) || !Aligned16(latent) || (krot && !Aligned16(krot)) || !Aligned16(kv_b.data) || !Aligned16(out) ||
+      !Aligned16(workspace))
+    return Status::InvalidArgument("mla.attention: q, latent, krot, kv_b, out and workspace must be 16-byte aligned");
+  const int64_t max_keys = sel ? std::min(sel_cap, b.max_context) : b.max_context;
+  const MlaPlan plan = PlanMla(d, b.num_tokens, max_keys);
+  if (!workspace || workspace_bytes < plan.bytes)
+    return Status::InvalidArgument("mla.attention: workspace " + std::to_string(workspace_bytes) + " < " +
+                                   std::to_string(plan.bytes) + " bytes");
+  const size_t smem = internal::MlaAttnSmemBytes(static_cast<int>(R + d.rope));
+  if (static_cast<int64_t>(smem) > SmemOptin())
+    return Status::InvalidArgument("mla.attention: needs " + std::to_string(smem) + " B of shared memory per block");
+  char* ws = static_cast<char*>(workspace);
+  auto* q_lat = reinterpret_cast<float*>(ws + plan.q_lat);
+  auto* o_lat = reinterpret_cast<float*>(ws + plan.o_lat);
+  const int T = static_cast<int>(b.num_tokens);
+
+  // q_lat[i, h, :] = W_UK[h]ᵀ q_nope[i, h]   (W_UK[h] = kv_b rows h·blk .. +nope, [nope, R])
+  internal::HeadGemmArgs g1{q,      kv_b.data, q_lat,         qd,  H * qd, blk * R, R, R, H * R, T,
+                            static_cast<int>(R), static_cast<int>(d.nope), static_cast<int>(H), kv_b.bf16, false};
+  GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchHeadGemm(g1, stream));
+
+  internal::MlaAttnArgs at{};
+  at.q_lat = q_lat;
+  at.q = q;
+  at.latent = latent;
+  at.krot = krot;
+  at.sel = sel;
+  at.sel_count = sel_count;
+  at.sel_cap = sel_cap;
+  at.rows = Rows(b);
+  at.o_lat = o_lat;
+  at.o_part = reinterpret_cast<float*>(ws + plan.part);
+  at.ml_part = reinterpret_cast<float*>(ws + plan.ml);
+  at.num_tokens = T;
+  at.heads = static_cast<int>(H);
+  at.latent_dim = static_cast<int>(R);
+  at.rope = static_cast<int>(d.rope);
+  at.nope = static_cast<int>(d.nope);
+  at.qd = static_cast<int>(qd);
+  at.tile_stride = internal::MlaTileStride(static_cast<int>(R + d.rope));
+  at.keys_per_split = plan.keys_per_split;
+  at.num_splits = plan.num_splits;
+  at.scale = d.scale;
+  GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchMlaAttention(at, plan.head_groups, stream));
+  if (plan.num_splits > 1) {
+    const internal::MlaCombineArgs cb{at.o_part, at.ml_part, o_lat, T, at.heads, at.latent_dim, plan.num_splits};
+    GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchMlaCombine(cb, stream));
+  }
+
+  // out[i, h, :] = W_UV[h] o_lat[i, h]   (W_UV[h] = kv_b rows h·blk + nope .. +v, [v, R])
+  internal::HeadGemmArgs g2{o_lat,   kv_b.row(d.nope), out,   R, H * R, blk * R, R, d.v, H * d.v, T,
+                            static_cast<int>(d.v), static_cast<int>(R), static_cast<int>(H), kv_b.bf16, true};
+  GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchHeadGemm(g2, stream));
+  return Status::Ok();
+}
+
+}  // namespace gyre::cuda

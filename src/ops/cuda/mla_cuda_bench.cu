@@ -1,0 +1,590 @@
+// gyre_mla_cuda_bench: sparse MLA decode with the DSA indexer on the GPU (mla_cuda.h), timed per
+// phase, with a self-check of every timed configuration against the CPU ops and the copy ceiling
+// measured in the same run (style.md §2.8).
+//
+//   gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick]
+//
+// Shapes (glm5_next defaults): H = 64, nope = v = 256, rope = 0, kv_lora R = 512, indexer Hi = 32,
+// di = 128, pool m = 16, topk K = 2048; kv_b in bf16, fp32 cache and activations; 64-token pages
+// under a shuffled block table. One decode step per batch row at position ctx − 1 (so each step
+// completes a pool):
+//   pool     CacheWrite of c, k_I, γ + IndexerPoolKeys
+//   select   IndexerSelect (scores over ctx/m pools, top 128, expand)
+//   attn     MlaAttention over the 2048 selected tokens (absorb, split-key attention, combine, absorb)
+// Each timed step starts with a cold L2 (a 256 MiB memset between steps, outside the timing).
+// Sections: helpers; ceilings; case setup; self-check vs CPU ops; timing; main. Writes
+// DIR/mla_decode.json after every case. Exit 1 if a self-check fails, 2 on an error.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/matrix.h"
+#include "ops/attention.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/device_buffer.h"
+#include "ops/cuda/mla_cuda.h"
+
+namespace gyre::cuda {
+namespace {
+
+// ---- helpers -------------------------------------------------------------------------------------
+
+constexpr int64_t kH = 64, kNope = 256, kV = 256, kR = 512, kHi = 32, kDi = 128, kM = 16, kTopk = 2048;
+constexpr int64_t kPage = 64;
+
+__device__ __forceinline__ uint32_t Hash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+__global__ void fill_uniform(float* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = lo + (hi - lo) * (Hash(seed * 0x9E3779B97F4A7C15ULL + i) * (1.0f / 4294967296.0f));
+}
+__global__ void fill_uniform_bf16(uint16_t* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float f = lo + (hi - lo) * (Hash(seed * 0x9E3779B97F4A7C15ULL + i) * (1.0f / 4294967296.0f));
+    p[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);  // truncation: any bf16 value will do
+  }
+}
+// dst[r] = src row rows[r] (width floats).
+__global__ void gather_rows(const float* src, int64_t width, const int64_t* rows, float* dst) {
+  const float* s = src + rows[blockIdx.x] * width;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[blockIdx.x * width + c] = s[c];
+}
+
+Status Fill(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
+  fill_uniform<<<2048, 256, 0, s>>>(p, n, seed, lo, hi);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::Ok();
+}
+
+template <typename T>
+Result<DeviceBuffer> ToDevice(const std::vector<T>& v) {
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(std::max<size_t>(16, v.size() * sizeof(T))));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return Result<DeviceBuffer>(std::move(b));
+}
+template <typename T>
+Result<std::vector<T>> ToHost(const void* p, int64_t n) {
+  std::vector<T> v(n);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double RelL2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// Minimal JSON writer.
+struct Json {
+  std::string s;
+  bool first = true;
+  void Sep() {
+    if (!first) s += ", ";
+    first = false;
+  }
+  Json& Num(const char* k, double v) {
+    Sep();
+    char buf[64];
+    if (std::isfinite(v)) std::snprintf(buf, sizeof buf, "%.6g", v);
+    else std::snprintf(buf, sizeof buf, "null");
+    s += std::string("\"") + k + "\": " + buf;
+    return *this;
+  }
+  Json& Str(const char* k, const std::string& v) {
+    Sep();
+    std::string e;
+    for (char c : v) {
+      if (c == '"' || c == '\\') e += '\\';
+      if (c == '\n') {
+        e += "\\n";
+        continue;
+      }
+      e += c;
+    }
+    s += std::string("\"") + k + "\": \"" + e + "\"";
+    return *this;
+  }
+  Json& Bool(const char* k, bool v) {
+    Sep();
+    s += std::string("\"") + k + "\": " + (v ? "true" : "false");
+    return *this;
+  }
+  Json& Raw(const char* k, const std::string& v) {
+    Sep();
+    s += std::string("\"") + k + "\": " + v;
+    return *this;
+  }
+  std::string Obj() const { return "{" + s + "}"; }
+};
+std::string Array(const std::vector<std::string>& items) {
+  std::string s = "[";
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ",\n    " : "\n    ") + items[i];
+  return s + (items.empty() ? "]" : "\n  ]");
+}
+
+// ---- ceilings ------------------------------------------------------------------------------------
+
+// Device-to-device copy of 2 GiB, bytes read + written per second.
+Result<double> CopyGbps(cudaStream_t s) {
+  const int64_t bytes = int64_t(1) << 31;
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Create(bytes));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
+  GYRE_RETURN_IF_ERROR(Fill(a.get<float>(), bytes / 4, 1, -1, 1, s));
+  GYRE_ASSIGN_OR_RETURN(Event e0, Event::Create());
+  GYRE_ASSIGN_OR_RETURN(Event e1, Event::Create());
+  std::vector<double> t;
+  for (int r = 0; r < 8; ++r) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e0.get(), s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e1.get(), s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e1.get()));
+    float ms = 0;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
+    if (r > 0) t.push_back(ms);
+  }
+  return 2.0 * bytes / (Median(t) * 1e-3) / 1e9;
+}
+
+// ---- case setup ----------------------------------------------------------------------------------
+
+// One decode (or prefill) problem: B sequences of ctx cached tokens; the step's tokens are
+// (tok_seq, tok_pos) pairs. Owns every device buffer.
+struct Case {
+  int64_t ctx = 0, batch = 0, num_tokens = 0;
+  std::vector<int32_t> table, tok_seq, tok_pos;  // host copies
+  int64_t max_pages = 0;
+  DeviceBuffer d_table, d_seq, d_pos;
+  DeviceBuffer latent, idx_k, gamma, pool_keys;           // caches [rows, width]
+  DeviceBuffer new_latent, new_k, new_gamma;              // [T, width]
+  DeviceBuffer q, q_idx, w, ape, kv_b, out, sel, cnt;     // step inputs and outputs
+  DeviceBuffer idx_ws, mla_ws, flush;
+  PagedBatch b;
+  IndexerDims id{kHi, kDi, kM, kTopk, true};
+  MlaDims md{kH, kNope, 0, kV, kR, 1.0f / 16.0f};
+
+  int64_t Row(int seq, int64_t pos) const {
+    return int64_t(table[seq * max_pages + pos / kPage]) * kPage + pos % kPage;
+  }
+};
+
+// tokens: one per sequence at ctx − 1 (decode), or all positions 0..ctx−1 of one sequence (prefill).
+Status SetUp(Case& c, int64_t ctx, int64_t batch, bool prefill, cudaStream_t s) {
+  c.ctx = ctx, c.batch = batch;
+  c.max_pages = ctx / kPage;
+  const int64_t pages = batch * c.max_pages, rows = pages * kPage;
+  std::vector<int32_t> perm(pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
+  c.table = perm;
+  if (prefill) {
+    c.num_tokens = ctx;
+    c.tok_seq.assign(ctx, 0);
+    c.tok_pos.resize(ctx);
+    std::iota(c.tok_pos.begin(), c.tok_pos.end(), 0);
+  } else {
+    c.num_tokens = batch;
+    c.tok_seq.resize(batch);
+    std::iota(c.tok_seq.begin(), c.tok_seq.end(), 0);
+    c.tok_pos.assign(batch, static_cast<int32_t>(ctx - 1));
+  }
+  const int64_t T = c.num_tokens;
+  GYRE_ASSIGN_OR_RETURN(c.d_table, ToDevice(c.table));
+  GYRE_ASSIGN_OR_RETURN(c.d_seq, ToDevice(c.tok_seq));
+  GYRE_ASSIGN_OR_RETURN(c.d_pos, ToDevice(c.tok_pos));
+  c.b.tok_seq = c.d_seq.get<int32_t>();
+  c.b.tok_pos = c.d_pos.get<int32_t>();
+  c.b.block_table = c.d_table.get<int32_t>();
+  c.b.num_tokens = T, c.b.num_seqs = batch, c.b.max_pages = c.max_pages, c.b.page_tokens = kPage, c.b.max_context = ctx;
+  auto alloc = [](DeviceBuffer& d, size_t bytes) -> Status {
+    GYRE_ASSIGN_OR_RETURN(d, DeviceBuffer::Create(bytes));
+    return Status::Ok();
+  };
+  GYRE_RETURN_IF_ERROR(alloc(c.latent, 4 * rows * kR));
+  GYRE_RETURN_IF_ERROR(alloc(c.idx_k, 4 * rows * kDi));
+  GYRE_RETURN_IF_ERROR(alloc(c.gamma, 4 * rows * kDi));
+  GYRE_RETURN_IF_ERROR(alloc(c.pool_keys, 4 * rows * kDi));
+  GYRE_RETURN_IF_ERROR(alloc(c.new_latent, 4 * T * kR));
+  GYRE_RETURN_IF_ERROR(alloc(c.new_k, 4 * T * kDi));
+  GYRE_RETURN_IF_ERROR(alloc(c.new_gamma, 4 * T * kDi));
+  GYRE_RETURN_IF_ERROR(alloc(c.q, 4 * T * kH * kNope));
+  GYRE_RETURN_IF_ERROR(alloc(c.q_idx, 4 * T * kHi * kDi));
+  GYRE_RETURN_IF_ERROR(alloc(c.w, 4 * T * kHi));
+  GYRE_RETURN_IF_ERROR(alloc(c.ape, 4 * kM * kDi));
+  GYRE_RETURN_IF_ERROR(alloc(c.kv_b, 2 * kH * (kNope + kV) * kR));
+  GYRE_RETURN_IF_ERROR(alloc(c.out, 4 * T * kH * kV));
+  GYRE_RETURN_IF_ERROR(alloc(c.sel, 4 * T * IndexerSelCap(c.id)));
+  GYRE_RETURN_IF_ERROR(alloc(c.cnt, 4 * T));
+  GYRE_RETURN_IF_ERROR(alloc(c.idx_ws, std::max<size_t>(16, IndexerWorkspaceBytes(c.id, T, ctx))));
+  GYRE_RETURN_IF_ERROR(alloc(c.mla_ws, std::max<size_t>(16, MlaWorkspaceBytes(c.md, T, ctx))));
+  GYRE_RETURN_IF_ERROR(alloc(c.flush, size_t(256) << 20));
+  GYRE_RETURN_IF_ERROR(Fill(c.latent.get<float>(), rows * kR, 11, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.idx_k.get<float>(), rows * kDi, 12, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.gamma.get<float>(), rows * kDi, 13, -2, 2, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.pool_keys.get<float>(), rows * kDi, 14, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.new_latent.get<float>(), T * kR, 15, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.new_k.get<float>(), T * kDi, 16, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.new_gamma.get<float>(), T * kDi, 17, -2, 2, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.q.get<float>(), T * kH * kNope, 18, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.q_idx.get<float>(), T * kHi * kDi, 19, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.w.get<float>(), T * kHi, 20, -0.2f, 0.2f, s));
+  GYRE_RETURN_IF_ERROR(Fill(c.ape.get<float>(), kM * kDi, 21, -0.5f, 0.5f, s));
+  fill_uniform_bf16<<<2048, 256, 0, s>>>(c.kv_b.get<uint16_t>(), kH * (kNope + kV) * kR, 22, -0.05f, 0.05f);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  return Status::Ok();
+}
+
+// One step; marks[0..2] (optional) are recorded after the pool, select and attention phases.
+Status Step(Case& c, cudaStream_t s, cudaEvent_t* marks) {
+  GYRE_RETURN_IF_ERROR(CacheWrite(c.new_latent.get<float>(), kR, kR, c.b, c.latent.get<float>(), s));
+  GYRE_RETURN_IF_ERROR(CacheWrite(c.new_k.get<float>(), kDi, kDi, c.b, c.idx_k.get<float>(), s));
+  GYRE_RETURN_IF_ERROR(CacheWrite(c.new_gamma.get<float>(), kDi, kDi, c.b, c.gamma.get<float>(), s));
+  GYRE_RETURN_IF_ERROR(IndexerPoolKeys(c.idx_k.get<float>(), c.gamma.get<float>(), c.ape.get<float>(), kM, kDi, c.b,
+                                       c.pool_keys.get<float>(), s));
+  if (marks) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(marks[0], s));
+  GYRE_RETURN_IF_ERROR(IndexerSelect(c.q_idx.get<float>(), c.w.get<float>(), c.pool_keys.get<float>(), c.id, c.b,
+                                     c.sel.get<int32_t>(), c.cnt.get<int32_t>(), c.idx_ws.get(), c.idx_ws.bytes(), s));
+  if (marks) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(marks[1], s));
+  const DMat kvb{c.kv_b.get(), kH * (kNope + kV), kR, true};
+  GYRE_RETURN_IF_ERROR(MlaAttention(c.q.get<float>(), c.latent.get<float>(), nullptr, kvb, c.md, c.b,
+                                    c.sel.get<int32_t>(), c.cnt.get<int32_t>(), IndexerSelCap(c.id),
+                                    c.out.get<float>(), c.mla_ws.get(), c.mla_ws.bytes(), s));
+  if (marks) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(marks[2], s));
+  return Status::Ok();
+}
+
+// ---- self-check vs the CPU ops -------------------------------------------------------------------
+
+struct CheckRow {
+  std::string name;
+  double metric = 0, tol = 0;
+  bool pass() const { return metric <= tol; }
+  std::string ToJson() const {
+    Json j;
+    j.Str("check", name).Num("metric", metric).Num("tolerance", tol).Bool("pass", pass());
+    return j.Obj();
+  }
+};
+
+Result<std::vector<float>> Gather(const DeviceBuffer& cache, int64_t width, const std::vector<int64_t>& rows,
+                                  cudaStream_t s) {
+  if (rows.empty()) return std::vector<float>{};
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer d_rows, ToDevice(rows));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dst, DeviceBuffer::Create(4 * rows.size() * width));
+  gather_rows<<<static_cast<unsigned>(rows.size()), 128, 0, s>>>(cache.get<float>(), width, d_rows.get<int64_t>(),
+                                                               dst.get<float>());
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  return ToHost<float>(dst.get(), int64_t(rows.size()) * width);
+}
+
+// Token `i` of the last step: its pooled key (if it completed a pool), selection and output,
+// recomputed by ops::PoolKey / ops::IndexerSelect / ops::MlaAttention from the GPU's own inputs.
+// The attention check uses the GPU's selection; kv_b is the bf16 matrix widened to fp32.
+Status CheckToken(Case& c, int64_t i, const std::vector<float>& kvb_f32, const std::string& tag, cudaStream_t s,
+                  std::vector<CheckRow>* out) {
+  const int seq = c.tok_seq[i];
+  const int64_t pos = c.tok_pos[i], P = (pos + 1) / kM;
+  // Pooled key of the pool this token completed.
+  if ((pos + 1) % kM == 0) {
+    std::vector<int64_t> rows;
+    for (int64_t r = 0; r < kM; ++r) rows.push_back(c.Row(seq, pos + 1 - kM + r));
+    GYRE_ASSIGN_OR_RETURN(auto k, Gather(c.idx_k, kDi, rows, s));
+    GYRE_ASSIGN_OR_RETURN(auto g, Gather(c.gamma, kDi, rows, s));
+    GYRE_ASSIGN_OR_RETURN(auto gpu, Gather(c.pool_keys, kDi, {c.Row(seq, pos)}, s));
+    GYRE_ASSIGN_OR_RETURN(auto ape, ToHost<float>(c.ape.get(), kM * kDi));
+    std::vector<float> cpu(kDi);
+    ops::PoolKey(k.data(), g.data(), ape.data(), kM, kDi, cpu.data(), Numerics{});
+    out->push_back({tag + " pool_key rel-L2", RelL2(gpu, cpu), 1e-6});
+  }
+  // Selection: exact.
+  GYRE_ASSIGN_OR_RETURN(auto cnt, ToHost<int32_t>(c.cnt.get<int32_t>() + i, 1));
+  const int64_t cap = IndexerSelCap(c.id);
+  GYRE_ASSIGN_OR_RETURN(auto gsel, ToHost<int32_t>(c.sel.get<int32_t>() + i * cap, std::max(cnt[0], 1)));
+  gsel.resize(std::max(cnt[0], 0));
+  std::vector<int64_t> prow(P);
+  for (int64_t p = 0; p < P; ++p) prow[p] = c.Row(seq, p * kM + kM - 1);
+  GYRE_ASSIGN_OR_RETURN(auto pk, Gather(c.pool_keys, kDi, prow, s));
+  GYRE_ASSIGN_OR_RETURN(auto qi, ToHost<float>(c.q_idx.get<float>() + i * kHi * kDi, kHi * kDi));
+  GYRE_ASSIGN_OR_RETURN(auto wi, ToHost<float>(c.w.get<float>() + i * kHi, kHi));
+  ops::Selection cs;
+  ops::IndexerSelect(qi.data(), wi.data(), 1, pos, pk.data(), P, {kHi, kDi, kM, kTopk, true}, &cs);
+  const std::vector<int32_t> want(cs.indices.begin(), cs.indices.end());
+  int64_t mismatches = std::abs(int64_t(want.size()) - int64_t(gsel.size()));
+  for (size_t j = 0; j < std::min(want.size(), gsel.size()); ++j) mismatches += want[j] != gsel[j];
+  out->push_back({tag + " select mismatches (of " + std::to_string(want.size()) + ")", double(mismatches), 0});
+  // Attention over the GPU's selection, rows compacted.
+  std::vector<int64_t> krow;
+  for (int32_t j : gsel) krow.push_back(c.Row(seq, j));
+  GYRE_ASSIGN_OR_RETURN(auto lat, Gather(c.latent, kR, krow, s));
+  GYRE_ASSIGN_OR_RETURN(auto qh, ToHost<float>(c.q.get<float>() + i * kH * kNope, kH * kNope));
+  GYRE_ASSIGN_OR_RETURN(auto gpu_out, ToHost<float>(c.out.get<float>() + i * kH * kV, kH * kV));
+  ops::Selection as;
+  as.causal = false;
+  as.offsets = {0, int64_t(gsel.size())};
+  as.indices.resize(gsel.size());
+  std::iota(as.indices.begin(), as.indices.end(), 0);
+  const Matrix kvb{kvb_f32, kH * (kNope + kV), kR};
+  std::vector<float> cpu_out(kH * kV);
+  const ops::RowView lv{lat.data(), nullptr, 1, kR, 0}, kr{lat.data(), nullptr, 1, 0, 0};
+  ops::MlaAttention(qh.data(), 1, int64_t(gsel.size()) - 1, lv, kr, kvb, {kH, kNope, 0, kV, kR, 1.0f / 16.0f}, as,
+                    cpu_out.data(), Numerics{});
+  out->push_back({tag + " attention rel-L2", RelL2(gpu_out, cpu_out), 1e-5});
+  return Status::Ok();
+}
+
+// ---- timing --------------------------------------------------------------------------------------
+
+struct Timing {
+  double pool = 0, select = 0, attn = 0, graph = 0;
+};
+
+Result<Timing> TimeSteps(Case& c, int reps, cudaStream_t s) {
+  GYRE_ASSIGN_OR_RETURN(Event e0, Event::Create());
+  GYRE_ASSIGN_OR_RETURN(Event e1, Event::Create());
+  GYRE_ASSIGN_OR_RETURN(Event e2, Event::Create());
+  GYRE_ASSIGN_OR_RETURN(Event e3, Event::Create());
+  cudaEvent_t marks[3] = {e1.get(), e2.get(), e3.get()};
+  std::vector<double> tp, ts, ta, tg;
+  for (int r = 0; r < reps; ++r) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.flush.get(), r & 0xff, c.flush.bytes(), s));  // cold L2
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e0.get(), s));
+    GYRE_RETURN_IF_ERROR(Step(c, s, marks));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e3.get()));
+    float a = 0, b = 0, d = 0;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&a, e0.get(), e1.get()));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&b, e1.get(), e2.get()));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&d, e2.get(), e3.get()));
+    tp.push_back(1e3 * a), ts.push_back(1e3 * b), ta.push_back(1e3 * d);
+  }
+  // The whole step as one CUDA graph.
+  struct GraphGuard {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ~GraphGuard() {
+      if (exec) (void)cudaGraphExecDestroy(exec);
+      if (graph) (void)cudaGraphDestroy(graph);
+    }
+  } g;
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  const Status cap = Step(c, s, nullptr);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(s, &g.graph));
+  GYRE_RETURN_IF_ERROR(cap);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&g.exec, g.graph, 0));
+  for (int r = 0; r < reps; ++r) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.flush.get(), r & 0xff, c.flush.bytes(), s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e0.get(), s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e1.get(), s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e1.get()));
+    float a = 0;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&a, e0.get(), e1.get()));
+    tg.push_back(1e3 * a);
+  }
+  return Timing{Median(tp), Median(ts), Median(ta), Median(tg)};
+}
+
+// ---- report --------------------------------------------------------------------------------------
+
+struct Row {
+  std::string kind;
+  int64_t ctx, batch, tokens, sel_tokens;
+  Timing t;
+  double bytes_pool, bytes_select, bytes_attn, attn_flop;
+};
+
+struct Report {
+  std::string path, commit, device_json = "null", error;
+  bool quick = false;
+  double copy_gbps = 0;
+  std::vector<CheckRow> checks;
+  std::vector<Row> rows;
+
+  bool AllPass() const {
+    bool ok = !checks.empty();
+    for (const auto& c : checks) ok = ok && c.pass();
+    return ok;
+  }
+  std::string RowJson(const Row& r) const {
+    Json j;
+    const auto gbps = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0; };
+    j.Str("kind", r.kind).Num("ctx", r.ctx).Num("batch", r.batch).Num("tokens", r.tokens);
+    j.Num("pools_per_token", double(r.ctx / kM)).Num("selected_tokens_per_token", r.sel_tokens);
+    j.Num("us_pool", r.t.pool).Num("us_select", r.t.select).Num("us_attention", r.t.attn);
+    j.Num("us_step_sum", r.t.pool + r.t.select + r.t.attn).Num("us_step_graph", r.t.graph);
+    j.Num("bytes_pool", r.bytes_pool).Num("bytes_select", r.bytes_select).Num("bytes_attention", r.bytes_attn);
+    const double gp = gbps(r.bytes_pool, r.t.pool), gs = gbps(r.bytes_select, r.t.select),
+                 ga = gbps(r.bytes_attn, r.t.attn);
+    const double gt = gbps(r.bytes_pool + r.bytes_select + r.bytes_attn, r.t.graph);
+    j.Num("gbps_pool", gp).Num("gbps_select", gs).Num("gbps_attention", ga).Num("gbps_step_graph", gt);
+    j.Num("pct_copy_pool", 100 * gp / copy_gbps).Num("pct_copy_select", 100 * gs / copy_gbps);
+    j.Num("pct_copy_attention", 100 * ga / copy_gbps).Num("pct_copy_step_graph", 100 * gt / copy_gbps);
+    j.Num("attention_flop", r.attn_flop).Num("attention_tflops", r.t.attn > 0 ? r.attn_flop / (r.t.attn * 1e-6) / 1e12 : 0);
+    return j.Obj();
+  }
+  void Write() const {
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::vector<std::string> cs, rs;
+    for (const auto& c : checks) cs.push_back(c.ToJson());
+    for (const auto& r : rows) rs.push_back(RowJson(r));
+    Json root;
+    root.Str("date_utc", date).Str("commit", commit).Bool("quick", quick).Raw("device", device_json);
+    root.Str("config",
+             "H=64 nope=v=256 rope=0 kv_lora=512 indexer Hi=32 di=128 m=16 topk=2048; kv_b bf16, fp32 cache and "
+             "activations, fp32 FFMA math; 64-token pages, shuffled block table; decode: one token per sequence at "
+             "position ctx-1; L2 flushed (256 MiB memset) before every timed step; medians; pool = 3 CacheWrite + "
+             "IndexerPoolKeys, select = IndexerSelect, attention = MlaAttention; bytes = compulsory HBM traffic "
+             "(cache rows read, pooled keys, kv_b, scores/keys and workspace round trips)");
+    root.Num("copy_gbps", copy_gbps).Bool("self_check_pass", AllPass()).Raw("self_check", Array(cs));
+    root.Raw("runs", Array(rs)).Str("error", error);
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fputs((root.Obj() + "\n").c_str(), f);
+      std::fclose(f);
+    }
+  }
+  void Print() const {
+    std::printf("\n%-8s %7s %5s %9s %9s %9s %9s %9s  %%copy(attn)  TFLOP/s(attn)\n", "kind", "ctx", "B", "pool us",
+                "select us", "attn us", "sum us", "graph us");
+    for (const auto& r : rows) {
+      const double ga = r.t.attn > 0 ? r.bytes_attn / (r.t.attn * 1e-6) / 1e9 : 0;
+      std::printf("%-8s %7lld %5lld %9.1f %9.1f %9.1f %9.1f %9.1f  %10.1f%%  %8.2f\n", r.kind.c_str(),
+                  static_cast<long long>(r.ctx), static_cast<long long>(r.batch), r.t.pool, r.t.select, r.t.attn,
+                  r.t.pool + r.t.select + r.t.attn, r.t.graph, 100 * ga / copy_gbps,
+                  r.t.attn > 0 ? r.attn_flop / (r.t.attn * 1e-6) / 1e12 : 0.0);
+    }
+    std::printf("self-check: %s (%zu checks); wrote %s\n", AllPass() ? "all pass" : "FAILURES", checks.size(),
+                path.c_str());
+  }
+};
+
+// Compulsory bytes and attention FLOPs of one step of `c` (sel_tokens from the GPU's counts).
+void Account(const Case& c, const std::vector<int32_t>& counts, Row* r) {
+  const double T = double(c.num_tokens);
+  double sel_total = 0, pools_total = 0, pooled = 0;
+  for (int64_t i = 0; i < c.num_tokens; ++i) {
+    sel_total += counts[i];
+    pools_total += (c.tok_pos[i] + 1) / kM;
+    pooled += (c.tok_pos[i] + 1) % kM == 0;
+  }
+  r->tokens = c.num_tokens;
+  r->sel_tokens = static_cast<int64_t>(sel_total / T);
+  r->bytes_pool = T * (kR + 2 * kDi) * 4.0 * 2 + pooled * (2 * kM * kDi + kDi) * 4.0 + kM * kDi * 4.0;
+  r->bytes_select = pools_total * (kDi * 4.0 + 4 * 2) + T * (kHi * kDi + kHi) * 4.0 + sel_total * 4;
+  r->bytes_attn = sel_total * kR * 4.0 + T * kH * (kNope + kV) * 4.0 + T * kH * kR * 4.0 * 4 +
+                  double(kH) * (kNope + kV) * kR * 2;
+  r->attn_flop = T * kH * (2.0 * kNope * kR + 2.0 * kV * kR) + sel_total * kH * 4.0 * kR;
+}
+
+Status RunCase(Report& rep, int64_t ctx, int64_t batch, bool prefill, const std::vector<int64_t>& check_tokens,
+               int reps, cudaStream_t s) {
+  Case c;
+  GYRE_RETURN_IF_ERROR(SetUp(c, ctx, batch, prefill, s));
+  GYRE_RETURN_IF_ERROR(Step(c, s, nullptr));  // warm-up and the step the self-check reads
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  GYRE_ASSIGN_OR_RETURN(auto kvb_bits, ToHost<uint16_t>(c.kv_b.get(), kH * (kNope + kV) * kR));
+  std::vector<float> kvb(kvb_bits.size());
+  for (size_t j = 0; j < kvb.size(); ++j) {
+    const uint32_t u = uint32_t(kvb_bits[j]) << 16;
+    std::memcpy(&kvb[j], &u, 4);
+  }
+  const std::string tag = std::string(prefill ? "prefill" : "decode") + " ctx=" + std::to_string(ctx) +
+                          " B=" + std::to_string(batch);
+  for (int64_t i : check_tokens) {
+    std::vector<CheckRow> rows;
+    GYRE_RETURN_IF_ERROR(CheckToken(c, i, kvb, tag + " token " + std::to_string(i), s, &rows));
+    for (const auto& r : rows)
+      std::printf("  %s %-64s %.3g (tol %.0e)\n", r.pass() ? "ok  " : "FAIL", r.name.c_str(), r.metric, r.tol);
+    rep.checks.insert(rep.checks.end(), rows.begin(), rows.end());
+  }
+  Row row{prefill ? "prefill" : "decode", ctx, batch, 0, 0, {}, 0, 0, 0, 0};
+  GYRE_ASSIGN_OR_RETURN(auto counts, ToHost<int32_t>(c.cnt.get(), c.num_tokens));
+  Account(c, counts, &row);
+  GYRE_ASSIGN_OR_RETURN(row.t, TimeSteps(c, reps, s));
+  rep.rows.push_back(row);
+  rep.Write();
+  return Status::Ok();
+}
+
+Status Run(Report& rep) {
+  GYRE_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  cudaDeviceProp prop{};
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  GYRE_CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
+  Json dev;
+  dev.Str("name", prop.name).Num("sms", prop.multiProcessorCount).Num("l2_mib", prop.l2CacheSize >> 20);
+  dev.Num("memory_gib", prop.totalGlobalMem / double(1 << 30)).Num("driver_version", driver);
+  dev.Num("runtime_version", runtime);
+  rep.device_json = dev.Obj();
+  std::printf("device: %s, %d SMs, driver %d, runtime %d\n", prop.name, prop.multiProcessorCount, driver, runtime);
+  GYRE_ASSIGN_OR_RETURN(Stream stream, Stream::Create());
+  const cudaStream_t s = stream.get();
+  GYRE_ASSIGN_OR_RETURN(rep.copy_gbps, CopyGbps(s));
+  std::printf("copy ceiling: %.0f GB/s (read + write)\n", rep.copy_gbps);
+  rep.Write();
+  const int reps = rep.quick ? 5 : 21;
+  for (int64_t ctx : {int64_t(8192), int64_t(65536), int64_t(262144)}) {
+    for (int64_t batch : {int64_t(1), int64_t(32)}) {
+      std::printf("decode ctx=%lld B=%lld\n", static_cast<long long>(ctx), static_cast<long long>(batch));
+      GYRE_RETURN_IF_ERROR(RunCase(rep, ctx, batch, false, {0, batch - 1}, reps, s));
+    }
+  }
+  std::printf("prefill T=4096\n");
+  GYRE_RETURN_IF_ERROR(RunCase(rep, 4096, 1, true, {0, 15, 2062, 2063, 4095}, rep.quick ? 2 : 5, s));
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace gyre::cuda
+
+int main(int argc, char** argv) {
+  gyre::cuda::Report rep;
+  std::string out = ".";
+  rep.commit = "unknown";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) rep.commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) rep.quick = true;
+    else {
+      std::fprintf(stderr, "usage: gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick]\n");
+      return 2;
+    }
+  }
+  rep.path = out + "/mla_decode.json";
+  const gyre::Status st = gyre::cuda::Run(rep);
+  if (!st.ok()) rep.error = st.ToString();
+  rep.Write();
+  rep.Print();
+  if (!st.ok()) {
+    std::fprintf(stderr, "gyre_mla_cuda_bench: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  return rep.AllPass() ? 0 : 1;
+}

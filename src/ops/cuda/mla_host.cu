@@ -1,0 +1,259 @@
+// Host-memory entry points of the MLA / DSA kernels for the op registry (mla_host.h).
+#include "ops/cuda/mla_host.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/device_buffer.h"
+#include "ops/cuda/mla_cuda.h"
+#include "ops/cuda/mla_kernels.h"
+
+namespace gyre::cuda {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr int64_t kPageTokens = 4;
+constexpr int kSeq = 1;  // the checked sequence is batch row 1 of 2
+
+Result<DeviceBuffer> Upload(const void* src, size_t bytes, cudaStream_t s) {
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(std::max<size_t>(bytes, 16)));
+  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), src, bytes, cudaMemcpyHostToDevice, s));
+  return Result<DeviceBuffer>(std::move(b));
+}
+template <typename T>
+Result<DeviceBuffer> Upload(const std::vector<T>& v, cudaStream_t s) {
+  return Upload(v.data(), v.size() * sizeof(T), s);
+}
+
+Result<DeviceBuffer> Poisoned(size_t bytes, cudaStream_t s) {
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(std::max<size_t>(bytes, 16)));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0xFF, b.bytes(), s));  // NaN floats, −1 ints
+  return Result<DeviceBuffer>(std::move(b));
+}
+
+template <typename T>
+Result<std::vector<T>> Download(const DeviceBuffer& b, int64_t n, cudaStream_t s) {
+  std::vector<T> v(n);
+  if (n > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost, s));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  return v;
+}
+
+// A paged cache for 2 batch rows of `ctx` tokens each: 4-token pages, a shuffled block table and
+// three spare pages that no row owns.
+struct Paging {
+  int64_t max_pages = 1, num_pages = 1;
+  std::vector<int32_t> table;  // [2, max_pages]
+  int64_t rows() const { return num_pages * kPageTokens; }
+  int64_t Row(int seq, int64_t pos) const { return int64_t(table[seq * max_pages + pos / kPageTokens]) * kPageTokens + pos % kPageTokens; }
+};
+
+Paging MakePaging(int64_t ctx) {
+  Paging p;
+  p.max_pages = std::max<int64_t>(1, (ctx + kPageTokens - 1) / kPageTokens);
+  p.num_pages = 2 * p.max_pages + 3;
+  std::vector<int32_t> perm(p.num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(20261202));
+  p.table.assign(perm.begin(), perm.begin() + 2 * p.max_pages);
+  return p;
+}
+
+// The device side of one check: paging tables and a batch description.
+struct DeviceBatch {
+  DeviceBuffer table, seq, pos;
+  PagedBatch b;
+};
+
+Result<DeviceBatch> MakeBatch(const Paging& pg, const std::vector<int32_t>& tok_seq, const std::vector<int32_t>& tok_pos,
+                              int64_t max_context, cudaStream_t s) {
+  DeviceBatch d;
+  GYRE_ASSIGN_OR_RETURN(d.table, Upload(pg.table, s));
+  GYRE_ASSIGN_OR_RETURN(d.seq, Upload(tok_seq, s));
+  GYRE_ASSIGN_OR_RETURN(d.pos, Upload(tok_pos, s));
+  d.b.tok_seq = d.seq.get<int32_t>();
+  d.b.tok_pos = d.pos.get<int32_t>();
+  d.b.block_table = d.table.get<int32_t>();
+  d.b.num_tokens = static_cast<int64_t>(tok_seq.size());
+  d.b.num_seqs = 2;
+  d.b.max_pages = pg.max_pages;
+  d.b.page_tokens = kPageTokens;
+  d.b.max_context = max_context;
+  return Result<DeviceBatch>(std::move(d));
+}
+
+// Writes host rows [n, width] to positions `pos` of batch row kSeq in the device cache (row width
+// `width`), through the CacheWrite kernel, and waits.
+Status WriteRows(const float* rows, int64_t width, const std::vector<int32_t>& pos, const Paging& pg, float* cache,
+                 cudaStream_t s) {
+  if (pos.empty()) return Status::Ok();
+  const int64_t n = static_cast<int64_t>(pos.size());
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer src, Upload(rows, sizeof(float) * n * width, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, std::vector<int32_t>(n, kSeq), pos, pg.max_pages * kPageTokens, s));
+  GYRE_RETURN_IF_ERROR(CacheWrite(src.get<float>(), width, width, db.b, cache, s));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  return Status::Ok();
+}
+
+std::vector<int32_t> Iota(int64_t n, int32_t first = 0) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+}  // namespace
+
+// ---- mla.attention -------------------------------------------------------------------------------
+
+Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
+  if (a.s < 1 || a.t < a.s || a.heads < 1) return Status::InvalidArgument("mla host: need 1 <= s <= t and heads >= 1");
+  GYRE_ASSIGN_OR_RETURN(Stream st, Stream::Create());
+  const cudaStream_t s = st.get();
+  const int64_t H = a.heads, L = a.kv_lora, qd = a.nope + a.rope, n = a.s + 1, vd = a.v;
+  const Paging pg = MakePaging(a.t);
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer latent, Poisoned(sizeof(float) * pg.rows() * L, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer krot, Poisoned(sizeof(float) * pg.rows() * std::max<int64_t>(a.rope, 1), s));
+  GYRE_RETURN_IF_ERROR(WriteRows(a.latent, L, Iota(a.t), pg, latent.get<float>(), s));
+  if (a.rope > 0) GYRE_RETURN_IF_ERROR(WriteRows(a.krot, a.rope, Iota(a.t), pg, krot.get<float>(), s));
+
+  // Token 0 is padding with NaN queries and a plausible-looking selection; tokens 1..s are real.
+  std::vector<float> q(n * H * qd, kNaN);
+  std::copy(a.q, a.q + a.s * H * qd, q.begin() + H * qd);
+  std::vector<int32_t> tok_seq(n, kSeq), tok_pos(n);
+  tok_seq[0] = -1;
+  tok_pos[0] = static_cast<int32_t>(a.t - 1);
+  for (int64_t i = 0; i < a.s; ++i) tok_pos[i + 1] = static_cast<int32_t>(a.t - a.s + i);
+  int64_t cap = 1;
+  std::vector<int32_t> sel, cnt;
+  if (a.sel_offsets) {
+    for (int64_t i = 0; i < a.s; ++i) cap = std::max(cap, a.sel_offsets[i + 1] - a.sel_offsets[i]);
+    sel.assign(n * cap, -1);
+    cnt.assign(n, 0);
+    for (int64_t j = 0; j < cap; ++j) sel[j] = static_cast<int32_t>(std::min<int64_t>(j, a.t - 1));
+    cnt[0] = static_cast<int32_t>(std::min(cap, a.t));
+    for (int64_t i = 0; i < a.s; ++i) {
+      cnt[i + 1] = static_cast<int32_t>(a.sel_offsets[i + 1] - a.sel_offsets[i]);
+      std::copy(a.sel_indices + a.sel_offsets[i], a.sel_indices + a.sel_offsets[i + 1], sel.begin() + (i + 1) * cap);
+    }
+  }
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dq, Upload(q, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dsel, Upload(sel, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dcnt, Upload(cnt, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dkvb, Upload(a.kv_b, sizeof(float) * H * (a.nope + vd) * L, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, a.t, s));
+  const MlaDims d{H, a.nope, a.rope, vd, L, a.scale};
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer ws, Poisoned(MlaWorkspaceBytes(d, n, a.t), s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dout, Poisoned(sizeof(float) * n * H * vd, s));
+  const DMat kvb{dkvb.get(), H * (a.nope + vd), L, false};
+  GYRE_RETURN_IF_ERROR(MlaAttention(dq.get<float>(), latent.get<float>(), a.rope > 0 ? krot.get<float>() : nullptr, kvb,
+                                    d, db.b, a.sel_offsets ? dsel.get<int32_t>() : nullptr,
+                                    a.sel_offsets ? dcnt.get<int32_t>() : nullptr, cap, dout.get<float>(), ws.get(),
+                                    ws.bytes(), s));
+  GYRE_ASSIGN_OR_RETURN(std::vector<float> o, Download<float>(dout, n * H * vd, s));
+  for (int64_t x = 0; x < H * vd; ++x)
+    if (o[x] != 0.0f) return Status::Internal("mla host: the padding token's output is not zero");
+  std::copy(o.begin() + H * vd, o.end(), out);
+  return Status::Ok();
+}
+
+// ---- dsa.pool_key --------------------------------------------------------------------------------
+
+Status PoolKeyOnDevice(const float* k, const float* gamma, const float* ape, int64_t m, int64_t d, float* out) {
+  if (m < 1 || d < 1) return Status::InvalidArgument("pool_key host: need m >= 1 and d >= 1");
+  GYRE_ASSIGN_OR_RETURN(Stream st, Stream::Create());
+  const cudaStream_t s = st.get();
+  const Paging pg = MakePaging(m);
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer kc, Poisoned(sizeof(float) * pg.rows() * d, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer gc, Poisoned(sizeof(float) * pg.rows() * d, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer pk, Poisoned(sizeof(float) * pg.rows() * d, s));
+  GYRE_RETURN_IF_ERROR(WriteRows(k, d, Iota(m), pg, kc.get<float>(), s));
+  GYRE_RETURN_IF_ERROR(WriteRows(gamma, d, Iota(m), pg, gc.get<float>(), s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer da, Upload(ape, sizeof(float) * m * d, s));
+  // A prefill step over the pool's m tokens, behind a padding token that would complete a pool.
+  std::vector<int32_t> tok_seq(m + 1, kSeq), tok_pos(m + 1);
+  tok_seq[0] = -1;
+  tok_pos[0] = static_cast<int32_t>(m - 1);
+  for (int64_t r = 0; r < m; ++r) tok_pos[r + 1] = static_cast<int32_t>(r);
+  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, m, s));
+  GYRE_RETURN_IF_ERROR(IndexerPoolKeys(kc.get<float>(), gc.get<float>(), da.get<float>(), m, d, db.b, pk.get<float>(), s));
+  GYRE_ASSIGN_OR_RETURN(std::vector<float> all, Download<float>(pk, pg.rows() * d, s));
+  const int64_t want = pg.Row(kSeq, m - 1);
+  for (int64_t r = 0; r < pg.rows(); ++r) {
+    bool written = false;
+    for (int64_t c = 0; c < d; ++c) written |= !std::isnan(all[r * d + c]);
+    if (written != (r == want))
+      return Status::Internal("pool_key host: pooled-key row " + std::to_string(r) +
+                              (written ? " written, but only row " + std::to_string(want) + " should be"
+                                       : " (the pool's last token) not written"));
+  }
+  std::copy(all.begin() + want * d, all.begin() + (want + 1) * d, out);
+  return Status::Ok();
+}
+
+// ---- dsa.select ----------------------------------------------------------------------------------
+
+Status IndexerSelectOnDevice(const IndexerHostArgs& a, std::vector<std::vector<int32_t>>* rows) {
+  if (a.s < 1 || a.pos0 < 0 || a.kpool < 1 || a.heads < 1 || a.head_dim < 1)
+    return Status::InvalidArgument("select host: bad shape");
+  GYRE_ASSIGN_OR_RETURN(Stream st, Stream::Create());
+  const cudaStream_t s = st.get();
+  const int64_t t = a.pos0 + a.s, m = a.kpool, di = a.head_dim, Hi = a.heads, n = a.s + 1;
+  const int64_t pools = std::min(a.num_pools, t / m);
+  const Paging pg = MakePaging(t);
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer pk, Poisoned(sizeof(float) * pg.rows() * di, s));
+  std::vector<int32_t> last(pools);
+  for (int64_t p = 0; p < pools; ++p) last[p] = static_cast<int32_t>(p * m + m - 1);
+  GYRE_RETURN_IF_ERROR(WriteRows(a.pool_keys, di, last, pg, pk.get<float>(), s));
+
+  std::vector<float> q(n * Hi * di, kNaN), w(n * Hi, kNaN);
+  std::copy(a.q_idx, a.q_idx + a.s * Hi * di, q.begin() + Hi * di);
+  std::copy(a.w, a.w + a.s * Hi, w.begin() + Hi);
+  std::vector<int32_t> tok_seq(n, kSeq), tok_pos(n);
+  tok_seq[0] = -1;
+  tok_pos[0] = static_cast<int32_t>(t - 1);
+  for (int64_t i = 0; i < a.s; ++i) tok_pos[i + 1] = static_cast<int32_t>(a.pos0 + i);
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dq, Upload(q, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dw, Upload(w, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, t, s));
+  const IndexerDims d{Hi, di, m, a.topk, a.tail};
+  const int64_t cap = IndexerSelCap(d);
+
+  // Staged in shared memory (the default), then forced through global memory.
+  std::vector<int32_t> lists[2], counts[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer ws, Poisoned(IndexerWorkspaceBytes(d, n, t), s));
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer dsel, Poisoned(sizeof(int32_t) * n * std::max<int64_t>(cap, 1), s));
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer dcnt, Poisoned(sizeof(int32_t) * n, s));
+    GYRE_RETURN_IF_ERROR(internal::IndexerSelectStaged(dq.get<float>(), dw.get<float>(), pk.get<float>(), d, db.b,
+                                                       dsel.get<int32_t>(), dcnt.get<int32_t>(), ws.get(), ws.bytes(),
+                                                       pass == 0 ? internal::kIdxSelectSmemKeys : 0, s));
+    GYRE_ASSIGN_OR_RETURN(lists[pass], Download<int32_t>(dsel, n * cap, s));
+    GYRE_ASSIGN_OR_RETURN(counts[pass], Download<int32_t>(dcnt, n, s));
+  }
+  if (counts[0][0] != 0 || counts[1][0] != 0) return Status::Internal("select host: the padding token selected keys");
+  rows->assign(a.s, {});
+  for (int64_t i = 0; i < a.s; ++i) {
+    const int64_t c = counts[0][i + 1], pos = a.pos0 + i;
+    if (c < 0 || c > cap || c != counts[1][i + 1])
+      return Status::Internal("select host: query " + std::to_string(i) + " count " + std::to_string(c) + " vs " +
+                              std::to_string(counts[1][i + 1]) + " (global path), cap " + std::to_string(cap));
+    const int32_t* row = lists[0].data() + (i + 1) * cap;
+    for (int64_t j = 0; j < c; ++j) {
+      if (row[j] != lists[1][(i + 1) * cap + j])
+        return Status::Internal("select host: shared- and global-memory paths differ at query " + std::to_string(i));
+      if (row[j] < 0 || row[j] > pos || (j > 0 && row[j] <= row[j - 1]))
+        return Status::Internal("select host: query " + std::to_string(i) + " list not ascending within [0, pos]");
+    }
+    (*rows)[i].assign(row, row + c);
+  }
+  return Status::Ok();
+}
+
+}  // namespace gyre::cuda
