@@ -189,7 +189,8 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
     const CudaModelStats st = m->stats();
     m->Release(s);
     nlohmann::json r = {{"prompt_tokens", len}, {"seconds", sec}, {"tokens_per_s", len / sec},
-                        {"last_chunk_layer_ms", st.layer_ms}, {"last_chunk_head_ms", st.head_ms}};
+                        {"last_chunk_layer_ms", st.layer_ms}, {"last_chunk_head_ms", st.head_ms},
+                        {"last_chunk_op_ms", st.op_ms}};
     if (o.project_layers > 0) r["projection_last_chunk"] = Project(c, st, o.project_layers);
     pre.push_back(r);
   }
@@ -257,7 +258,8 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
                         {"roofline_ms", roof_s * 1e3},
                         {"pct_of_roofline", 100.0 * roof_s / step_s},
                         {"last_step_layer_ms", st.layer_ms},
-                        {"last_step_head_ms", st.head_ms}};
+                        {"last_step_head_ms", st.head_ms},
+                        {"eager_step_op_ms", st.op_ms}};
     if (o.project_layers > 0) r["projection"] = Project(c, st, o.project_layers);
     dec.push_back(r);
   }

@@ -87,15 +87,77 @@ __global__ void ScaleCopyKernel(const float* x, int64_t n, int64_t k, int64_t ld
   }
 }
 
-// The mHC pre-site after the mix GEMM (ops::HcPre from μ on): one block per token. Thread 0 turns
-// μ [mix] into pre, post and the Sinkhorn-normalised comb (n <= 4, in registers, the CPU op's order
-// of operations); then every thread collapses y[c] = Σ_s pre[s]·X[s, c].
-__global__ void HcMixKernel(const float* x, const float* mu, int64_t ld_mu, const float* base, const float* scale, int n,
-                            int64_t d, float hc_eps, int iters, float* post, float* comb, float* y) {
+// The mHC pre-site (ops::HcPre) in two kernels. HcDotKernel: block (token group, K slice) computes,
+// for TT tokens, the (2+n)·n dot products fn·x and the sum of squares of x over its 1024-element
+// slice (the rmsnorm is folded: μ = (fn·x)·rsqrt(mean(x²) + eps), fp32), and writes them as
+// partials [t, S, mix + 1]. HcMixKernel (one block per token) sums the partials in slice order
+// (deterministic), maps μ to pre, post and the Sinkhorn-normalised comb in thread 0 (n <= 4, the CPU
+// op's order of operations), then every thread collapses y[c] = Σ_s pre[s]·X[s, c].
+constexpr int kHcSlice = 1024;  // 256 threads × 4 consecutive elements
+template <int N, int TT>
+__global__ void __launch_bounds__(256) HcDotKernel(const float* x, int64_t t, int64_t K, const float* fn, float* part,
+                                                   int S) {
+  constexpr int MIX = (2 + N) * N, W = MIX + 1;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * TT;
+  const int sl = blockIdx.y;
+  const int64_t k = static_cast<int64_t>(sl) * kHcSlice + threadIdx.x * 4;
+  float acc[TT][W];
+#pragma unroll
+  for (int a = 0; a < TT; ++a)
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc[a][j] = 0.0f;
+  if (k < K) {
+    float4 xv[TT];
+#pragma unroll
+    for (int a = 0; a < TT; ++a) {
+      xv[a] = t0 + a < t ? *reinterpret_cast<const float4*>(x + (t0 + a) * K + k) : make_float4(0, 0, 0, 0);
+      acc[a][MIX] = xv[a].x * xv[a].x + xv[a].y * xv[a].y + xv[a].z * xv[a].z + xv[a].w * xv[a].w;
+    }
+#pragma unroll
+    for (int j = 0; j < MIX; ++j) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(fn + j * K + k));
+#pragma unroll
+      for (int a = 0; a < TT; ++a) acc[a][j] = f.x * xv[a].x + f.y * xv[a].y + f.z * xv[a].z + f.w * xv[a].w;
+    }
+  }
+  __shared__ float red[8][TT * W];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int a = 0; a < TT; ++a)
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      float v = acc[a][j];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) red[warp][a * W + j] = v;
+    }
+  __syncthreads();
+  for (int q = threadIdx.x; q < TT * W; q += blockDim.x) {
+    const int a = q / W, j = q - a * W;
+    if (t0 + a >= t) continue;
+    float v = 0;
+    for (int w8 = 0; w8 < 8; ++w8) v += red[w8][q];
+    part[((t0 + a) * S + sl) * W + j] = v;
+  }
+}
+
+__global__ void HcMixKernel(const float* x, const float* part, int S, int64_t K, float norm_eps, const float* base,
+                            const float* scale, int n, int64_t d, float hc_eps, int iters, float* post, float* comb,
+                            float* y) {
   const int64_t i = blockIdx.x;
   __shared__ float pre[4];
   if (threadIdx.x == 0) {
-    const float* m = mu + i * ld_mu;
+    const int mix = (2 + n) * n, W = mix + 1;
+    float m[24];
+    float ss = 0;
+    for (int j = 0; j < mix; ++j) m[j] = 0;
+    for (int sl = 0; sl < S; ++sl) {
+      const float* pp = part + (i * S + sl) * W;
+      for (int j = 0; j < mix; ++j) m[j] += pp[j];
+      ss += pp[mix];
+    }
+    const float r = rsqrtf(ss / static_cast<float>(K) + norm_eps);
+    for (int j = 0; j < mix; ++j) m[j] *= r;
     float C[16];
     for (int s = 0; s < n; ++s) {
       pre[s] = 1.0f / (1.0f + expf(-(m[s] * scale[0] + base[s]))) + hc_eps;
@@ -323,11 +385,13 @@ struct CudaModel::Impl {
   // Step scratch (max_batch_tokens rows).
   int64_t nmax = 0, bmax = 0, n_streams = 1;
   float *X = nullptr, *y = nullptr, *h = nullptr, *a = nullptr, *post = nullptr, *comb = nullptr;
-  float *xn = nullptr, *mu = nullptr;  // mHC: normalised streams [N, nD], mix [N, (2+n)n]
+  float* hc_part = nullptr;  // mHC partial dot products [N, S, (2+n)n + 1]
   void* xb = nullptr;  // bf16 GEMM operand
   int64_t xb_elems = 0;
+  const float* last_cast_x = nullptr;  // what xb holds (see Linear)
+  int64_t last_cast_n = 0, last_cast_k = 0, last_cast_ld = 0;
   // KDA
-  float *u = nullptr, *conv = nullptr, *kq = nullptr, *kk = nullptr, *kv = nullptr, *small = nullptr, *f = nullptr,
+  float *u = nullptr, *kq = nullptr, *kk = nullptr, *kv = nullptr, *small = nullptr, *f = nullptr,
         *g = nullptr, *beta = nullptr, *z = nullptr, *o = nullptr, *yn = nullptr;
   // MLA
   float *pa = nullptr, *q_resid = nullptr, *q = nullptr, *latent = nullptr, *qi = nullptr, *ki_raw = nullptr,
@@ -353,6 +417,23 @@ struct CudaModel::Impl {
   // Layer profiling: events[0] before the embedding, [1] after it, [2 + l] after layer l, last after the head.
   std::vector<cudaEvent_t> events;
   bool profiling = false;
+  // Section markers of a profiled step: Sec(name) closes the running section and opens `name`.
+  std::vector<cudaEvent_t> sec_events;
+  std::vector<std::string> sec_names;
+  size_t sec_n = 0;
+  std::string sec_prefix;
+  Status Sec(const char* name) {
+    if (!profiling) return Status::Ok();
+    if (sec_n == sec_events.size()) {
+      cudaEvent_t e = nullptr;
+      GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+      sec_events.push_back(e);
+      sec_names.emplace_back();
+    }
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(sec_events[sec_n], s()));
+    sec_names[sec_n++] = sec_prefix + name;
+    return Status::Ok();
+  }
 
   // Decode graphs, by (batch bucket, context bucket).
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs;
@@ -361,6 +442,7 @@ struct CudaModel::Impl {
   ~Impl() {
     for (auto& [k, g] : graphs) (void)cudaGraphExecDestroy(g);
     for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : sec_events) (void)cudaEventDestroy(e);
     if (host_blob) (void)cudaFreeHost(host_blob);
   }
 
@@ -383,25 +465,52 @@ struct CudaModel::Impl {
 
   // ---- ops on the stream ----
   cudaStream_t s() const { return stream.get(); }
-  Status Linear(const float* x, int64_t n, const DMat& wt, float* out, int64_t ldx = 0, int64_t ldy = 0) {
+  // out = x·wᵀ. bf16 weights: x is first rounded to bf16 into xb; `reuse_cast` skips that when the
+  // previous Linear call cast the same, unchanged x (same pointer and shape).
+  Status Linear(const float* x, int64_t n, const DMat& wt, float* out, int64_t ldx = 0, int64_t ldy = 0,
+                bool reuse_cast = false) {
     if (n == 0) return Status::Ok();
     const int64_t k = wt.cols;
     if (ldx == 0) ldx = k;
     if (!wt.bf16) return gemm->Run(cuda::GemmDType::kF32, x, wt.data, out, n, wt.rows, k, s(), ldx, ldy);
     if (n * k > xb_elems) return Status::Internal("cuda model: bf16 operand buffer too small");
-    CastRowsKernel<<<GridFor(n * k), 256, 0, s()>>>(x, n, k, ldx, static_cast<__nv_bfloat16*>(xb));
-    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    const bool same = reuse_cast && last_cast_x == x && last_cast_n == n && last_cast_k == k && last_cast_ld == ldx;
+    if (!same) {
+      CastRowsKernel<<<GridFor(n * k), 256, 0, s()>>>(x, n, k, ldx, static_cast<__nv_bfloat16*>(xb));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      last_cast_x = x;
+      last_cast_n = n;
+      last_cast_k = k;
+      last_cast_ld = ldx;
+    }
     return gemm->Run(cuda::GemmDType::kBf16F32, xb, wt.data, out, n, wt.rows, k, s(), 0, ldy);
   }
-  // ops::HcPre as rmsnorm (no weight) → fp32 GEMM with fn (cuBLASLt, TF32 off) → HcMixKernel.
+  // ops::HcPre: HcDotKernel (fn·x and Σx² per 1024-element slice) → HcMixKernel.
   Status HcPre(const DHc& hc, int64_t n) {
     if (n == 0) return Status::Ok();
-    const int64_t nS = n_streams, D = c.hidden_size, mix = (2 + nS) * nS;
-    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(X, n, nS * D, nS * D, nullptr, c.rms_norm_eps, xn, nS * D, s()));
-    GYRE_RETURN_IF_ERROR(gemm->Run(cuda::GemmDType::kF32, xn, hc.fn, mu, n, mix, nS * D, s(), 0, Pad8(mix)));
-    HcMixKernel<<<static_cast<unsigned>(n), 256, 0, s()>>>(X, mu, Pad8(mix), hc.base, hc.scale, static_cast<int>(nS), D,
-                                                           c.hc_eps, static_cast<int>(c.hc_sinkhorn_iters), post,
-                                                           comb, y);
+    const int64_t nS = n_streams, D = c.hidden_size, K = nS * D;
+    if (K % 4 != 0) return Status::Unimplemented("cuda model: n·hidden_size must be a multiple of 4");
+    const int S = static_cast<int>((K + kHcSlice - 1) / kHcSlice);
+    const bool big = n >= 16;
+    const dim3 grid(static_cast<unsigned>(big ? (n + 3) / 4 : n), static_cast<unsigned>(S));
+    switch (nS) {
+#define GYRE_HC_DOT(NS)                                                                          \
+  case NS:                                                                                       \
+    if (big) HcDotKernel<NS, 4><<<grid, 256, 0, s()>>>(X, n, K, hc.fn, hc_part, S);             \
+    else HcDotKernel<NS, 1><<<grid, 256, 0, s()>>>(X, n, K, hc.fn, hc_part, S);                 \
+    break;
+      GYRE_HC_DOT(1)
+      GYRE_HC_DOT(2)
+      GYRE_HC_DOT(3)
+      GYRE_HC_DOT(4)
+#undef GYRE_HC_DOT
+      default:
+        return Status::Unimplemented("cuda model: hc_mult > 4");
+    }
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    HcMixKernel<<<static_cast<unsigned>(n), 256, 0, s()>>>(X, hc_part, S, K, c.rms_norm_eps, hc.base, hc.scale,
+                                                           static_cast<int>(nS), D, c.hc_eps,
+                                                           static_cast<int>(c.hc_sinkhorn_iters), post, comb, y);
     GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::Ok();
   }
@@ -609,8 +718,8 @@ Status CudaModel::Impl::BuildScratch() {
   GYRE_ASSIGN_OR_RETURN(post, AllocN<float>(N * n_streams, sb));
   GYRE_ASSIGN_OR_RETURN(comb, AllocN<float>(N * n_streams * n_streams, sb));
   if (c.hc_mult > 0) {
-    GYRE_ASSIGN_OR_RETURN(xn, AllocN<float>(N * n_streams * D, sb));
-    GYRE_ASSIGN_OR_RETURN(mu, AllocN<float>(N * Pad8((2 + n_streams) * n_streams), sb));
+    const int64_t slices = (n_streams * D + kHcSlice - 1) / kHcSlice;
+    GYRE_ASSIGN_OR_RETURN(hc_part, AllocN<float>(N * slices * ((2 + n_streams) * n_streams + 1), sb));
   }
   int64_t max_in = D;
   bool any_kda = false, any_attn = false, any_moe = false, any_idx = false;
@@ -628,7 +737,6 @@ Status CudaModel::Impl::BuildScratch() {
     const int64_t P = c.linear_num_heads * c.linear_head_dim, K = c.linear_head_dim, Hh = c.linear_num_heads;
     max_in = std::max({max_in, P, K});
     GYRE_ASSIGN_OR_RETURN(u, AllocN<float>(N * 3 * P, sb));
-    GYRE_ASSIGN_OR_RETURN(conv, AllocN<float>(N * 3 * P, sb));
     for (float** p : {&kq, &kk, &kv, &f, &g, &z, &o, &yn}) {
       GYRE_ASSIGN_OR_RETURN(*p, AllocN<float>(N * P, sb));
     }
@@ -650,7 +758,8 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, opts.kv_tokens), 16)));
     *sb += mla_ws.bytes();
     if (any_idx) {
-      cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
+      GYRE_RETURN_IF_ERROR(Sec("dsa.select"));
+    cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
       sel_cap = cuda::IndexerSelCap(id);
       GYRE_ASSIGN_OR_RETURN(qi, AllocN<float>(N * Hi * di, sb));
       GYRE_ASSIGN_OR_RETURN(ki_raw, AllocN<float>(N * di, sb));
@@ -706,19 +815,25 @@ Status CudaModel::Impl::BuildScratch() {
 
 Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out) {
   const int64_t N = d.n, Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K;
+  GYRE_RETURN_IF_ERROR(Sec("kda.in_proj"));
   GYRE_RETURN_IF_ERROR(Linear(x, N, L.kda_qkv, u));
-  GYRE_RETURN_IF_ERROR(Linear(x, N, L.kda_small, small));
+  GYRE_RETURN_IF_ERROR(Linear(x, N, L.kda_small, small, 0, 0, /*reuse_cast=*/true));
+  GYRE_RETURN_IF_ERROR(Sec("kda.gates"));
   GYRE_RETURN_IF_ERROR(Linear(small + L.ks_fa, N, L.kda_fb, f, L.ks_width));
   GYRE_RETURN_IF_ERROR(cuda::KdaGate(f, N, Hh, K, L.dt_bias, L.a_log, c.linear_lower_bound.has_value(),
                                      c.linear_lower_bound.value_or(0.0f), g, s()));
   GYRE_RETURN_IF_ERROR(Copy2D(beta, Hh, small + L.ks_b, L.ks_width, N, Hh));
   GYRE_RETURN_IF_ERROR(cuda::Sigmoid(beta, N * Hh, beta, s()));
   GYRE_RETURN_IF_ERROR(Linear(small + L.ks_ga, N, L.kda_gb, z, L.ks_width));
+  GYRE_RETURN_IF_ERROR(Sec("kda.conv"));
   cuda::ConvParams cp;
   cp.x = u;
   cp.w = L.conv;
   cp.state = kda_conv[li];
-  cp.y = conv;
+  cp.split = P;
+  cp.parts[0] = kq;
+  cp.parts[1] = kk;
+  cp.parts[2] = kv;
   cp.cu_seqlens = dev_blob + o_cu;
   cp.slots = dev_blob + o_slots;
   cp.num_tokens = N;
@@ -726,11 +841,9 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
   cp.channels = 3 * P;
   cp.width = c.linear_conv_kernel_dim;
   cp.num_slots = opts.max_seqs;
-  GYRE_RETURN_IF_ERROR(cuda::CausalConv1dSilu(cp, s()));
-  GYRE_RETURN_IF_ERROR(Copy2D(kq, P, conv, 3 * P, N, P));
-  GYRE_RETURN_IF_ERROR(Copy2D(kk, P, conv + P, 3 * P, N, P));
-  GYRE_RETURN_IF_ERROR(Copy2D(kv, P, conv + 2 * P, 3 * P, N, P));
+  GYRE_RETURN_IF_ERROR(cuda::CausalConv1dSilu(cp, s()));  // writes q, k, v apart
   if (d.bd > 0) {
+    GYRE_RETURN_IF_ERROR(Sec("kda.recurrent"));
     cuda::KdaRecurrentParams rp;
     rp.q = kq;
     rp.k = kk;
@@ -748,6 +861,7 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
     GYRE_RETURN_IF_ERROR(cuda::KdaRecurrent(rp, s()));
   }
   if (d.b > d.bd) {
+    GYRE_RETURN_IF_ERROR(Sec("kda.chunk"));
     const int64_t t0 = d.cu[d.bd];
     cuda::KdaChunkParams kp;
     kp.q = kq + t0 * P;
@@ -770,6 +884,7 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
     }
     GYRE_RETURN_IF_ERROR(cuda::KdaChunk(kp, kda_ws.get(), kda_ws.bytes(), s()));
   }
+  GYRE_RETURN_IF_ERROR(Sec("kda.out"));
   GYRE_RETURN_IF_ERROR(cuda::GatedRmsNorm(o, z, N, Hh, K, L.o_norm, c.rms_norm_eps, yn, s()));
   return Linear(yn, N, L.kda_o, out);
 }
@@ -780,6 +895,7 @@ Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li
   const int64_t ql = c.q_lora_rank, Wa = L.ma_width;
   const bool dsa = L.attn == AttnKind::kDsa;
   AttnCache& ac = cache[li];
+  GYRE_RETURN_IF_ERROR(Sec("mla.in_proj"));
   GYRE_RETURN_IF_ERROR(Linear(x, N, L.mla_a, pa));
   if (ql > 0) {
     GYRE_RETURN_IF_ERROR(cuda::RmsNorm(pa + L.ma_q, N, ql, Wa, L.q_a_norm, c.qa_norm_eps, q_resid, ql, s()));
@@ -788,13 +904,15 @@ Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li
     GYRE_RETURN_IF_ERROR(Linear(x, N, L.q_proj, q));
   }
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(pa + L.ma_kv, N, R, Wa, L.kv_a_norm, c.kva_norm_eps, latent, R, s()));
+  GYRE_RETURN_IF_ERROR(Sec("mla.cache_write"));
   GYRE_RETURN_IF_ERROR(cuda::CacheWrite(latent, R, R, d.pb, ac.latent, s()));
   if (rope > 0) GYRE_RETURN_IF_ERROR(cuda::CacheWrite(pa + L.ma_kv + R, Wa, rope, d.pb, ac.krot, s()));
   const int32_t* sl = nullptr;
   const int32_t* sc = nullptr;
   if (dsa && L.has_indexer) {
     const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
-    GYRE_RETURN_IF_ERROR(Linear(q_resid, N, L.idx_wq_b, qi));
+    GYRE_RETURN_IF_ERROR(Sec("dsa.indexer_proj"));
+    GYRE_RETURN_IF_ERROR(Linear(q_resid, N, L.idx_wq_b, qi, 0, 0, /*reuse_cast=*/ql > 0));
     GYRE_RETURN_IF_ERROR(Copy2D(ki_raw, di, pa + L.ma_ik, Wa, N, di));
     GYRE_RETURN_IF_ERROR(cuda::LayerNorm(ki_raw, N, di, L.k_norm_w, L.k_norm_b, 1e-6f, ki, s()));
     GYRE_RETURN_IF_ERROR(cuda::CacheWrite(ki, di, di, d.pb, ac.idx_k, s()));
@@ -802,6 +920,7 @@ Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li
     ScaleCopyKernel<<<GridFor(N * Hi), 256, 0, s()>>>(pa + L.ma_iw, N, Hi, Wa,
                                                        1.0f / std::sqrt(static_cast<float>(Hi)), wts);
     GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GYRE_RETURN_IF_ERROR(Sec("dsa.pool_keys"));
     GYRE_RETURN_IF_ERROR(cuda::IndexerPoolKeys(ac.idx_k, ac.gamma, L.ape, c.index_kpool, di, d.pb, ac.pool_keys, s()));
     cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
     GYRE_RETURN_IF_ERROR(cuda::IndexerSelect(qi, wts, ac.pool_keys, id, d.pb, sel, sel_count, idx_ws.get(),
@@ -817,10 +936,12 @@ Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li
       sc = sel_count;
     }
   }
+  GYRE_RETURN_IF_ERROR(Sec("mla.attention"));
   cuda::MlaDims md{Hh, c.qk_nope_head_dim, rope, c.v_head_dim, R,
                    1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()))};
   GYRE_RETURN_IF_ERROR(cuda::MlaAttention(q, ac.latent, ac.krot, L.kv_b, md, d.pb, sl, sc, sel_cap, attn, mla_ws.get(),
                                           mla_ws.bytes(), s()));
+  GYRE_RETURN_IF_ERROR(Sec("mla.out"));
   return Linear(attn, N, L.mla_o, out);
 }
 
@@ -833,13 +954,17 @@ Status CudaModel::Impl::MlpLayer(const StepDims& d, const DLayer& L, const float
     GYRE_RETURN_IF_ERROR(cuda::SwiGlu(gu, 2 * I, gu + I, 2 * I, N, I, limit, act, s()));
     return Linear(act, N, down, dst);
   };
+  if (L.mlp == MlpKind::kDense) GYRE_RETURN_IF_ERROR(Sec("mlp.dense"));
   if (L.mlp == MlpKind::kDense) return swiglu(L.gate_up, L.down, out);
   const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
+  GYRE_RETURN_IF_ERROR(Sec("moe.router"));
   GYRE_RETURN_IF_ERROR(Linear(x, N, L.router, rlogits));
   cuda::RouteDims rd{E, k, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
   GYRE_RETURN_IF_ERROR(cuda::MoeRoute(rlogits, N, L.bias, rd, ridx, rw, s()));
+  GYRE_RETURN_IF_ERROR(Sec("moe.experts"));
   GYRE_RETURN_IF_ERROR(cuda::MoeExperts(x, N, ridx, rw, k, L.experts, limit, out, moe_ws.get(), moe_ws.bytes(), s()));
   if (L.has_shared) {
+    GYRE_RETURN_IF_ERROR(Sec("moe.shared"));
     GYRE_RETURN_IF_ERROR(swiglu(L.gate_up, L.down, shared_out));
     GYRE_RETURN_IF_ERROR(cuda::AddInPlace(out, shared_out, N * c.hidden_size, s()));
   }
@@ -854,6 +979,9 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
     return Status::Ok();
   };
   GYRE_RETURN_IF_ERROR(mark(0));
+  sec_n = 0;
+  sec_prefix.clear();
+  GYRE_RETURN_IF_ERROR(Sec("embed"));
   GYRE_RETURN_IF_ERROR(cuda::Embedding(dev_blob + o_ids, N, w.embed, y, s()));
   for (int64_t st = 0; st < nS; ++st) GYRE_RETURN_IF_ERROR(Copy2D(X + st * D, nS * D, y, D, N, D));
   GYRE_RETURN_IF_ERROR(mark(1));
@@ -862,10 +990,13 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const DLayer& L = w.layers[l];
     const float* yin = X;
+    sec_prefix = std::string(AttnKindName(L.attn)) + "/";
     if (hc) {
+      GYRE_RETURN_IF_ERROR(Sec("hc.pre"));
       GYRE_RETURN_IF_ERROR(HcPre(L.attn_hc, N));
       yin = y;
     }
+    GYRE_RETURN_IF_ERROR(Sec("norm"));
     GYRE_RETURN_IF_ERROR(cuda::RmsNorm(yin, N, D, D, L.input_norm, c.rms_norm_eps, h, D, s()));
     if (L.attn == AttnKind::kKda) {
       GYRE_RETURN_IF_ERROR(KdaLayer(d, L, l, h, a));
@@ -873,14 +1004,17 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
       GYRE_RETURN_IF_ERROR(AttnLayer(d, L, l, h, a, &last_sel));
     }
     if (hc) {
+      GYRE_RETURN_IF_ERROR(Sec("hc.post+pre"));
       GYRE_RETURN_IF_ERROR(cuda::HcPost(X, N, a, post, comb, hp, s()));
       GYRE_RETURN_IF_ERROR(HcPre(L.ffn_hc, N));
     } else {
       GYRE_RETURN_IF_ERROR(cuda::AddInPlace(X, a, N * D, s()));
     }
+    GYRE_RETURN_IF_ERROR(Sec("norm"));
     GYRE_RETURN_IF_ERROR(cuda::RmsNorm(yin, N, D, D, L.post_norm, c.rms_norm_eps, h, D, s()));
     GYRE_RETURN_IF_ERROR(MlpLayer(d, L, h, a));
     if (hc) {
+      GYRE_RETURN_IF_ERROR(Sec("hc.post"));
       GYRE_RETURN_IF_ERROR(cuda::HcPost(X, N, a, post, comb, hp, s()));
     } else {
       GYRE_RETURN_IF_ERROR(cuda::AddInPlace(X, a, N * D, s()));
@@ -892,10 +1026,15 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
 
 Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   const int64_t D = c.hidden_size, R = d.rows;
+  sec_prefix.clear();
+  GYRE_RETURN_IF_ERROR(Sec("head.norm"));
   GYRE_RETURN_IF_ERROR(cuda::StreamMean(X, n_streams, D, dev_blob + o_rows, R, hm, s()));
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hm, R, D, D, w.final_norm, c.rms_norm_eps, hn, D, s()));
+  GYRE_RETURN_IF_ERROR(Sec("lm_head"));
   GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, logits_out));
+  GYRE_RETURN_IF_ERROR(Sec("argmax"));
   GYRE_RETURN_IF_ERROR(cuda::Argmax(logits_out, R, c.vocab_size, next_ids, s()));
+  GYRE_RETURN_IF_ERROR(Sec("end"));
   if (profiling) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(events.back(), s()));
   return Status::Ok();
 }
@@ -1156,6 +1295,11 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
     m.stats.layer_ms.assign(c.num_hidden_layers, 0.0);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) m.stats.layer_ms[l] = ms(1 + l, 2 + l);
     m.stats.head_ms = ms(1 + c.num_hidden_layers, m.events.size() - 1);
+    m.stats.op_ms.clear();
+    for (size_t i = 0; i + 1 < m.sec_n; ++i) {
+      float v = 0;
+      if (cudaEventElapsedTime(&v, m.sec_events[i], m.sec_events[i + 1]) == cudaSuccess) m.stats.op_ms[m.sec_names[i]] += v;
+    }
   }
   if (!st.ok()) return st;  // NOTE: pages reserved above stay with their sequences (released with them).
   if (logits) {

@@ -18,7 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -45,6 +47,9 @@ struct CudaModelStats {
   // With profile_layers: milliseconds of the last eager step: embedding, each layer, head.
   double embed_ms = 0, head_ms = 0;
   std::vector<double> layer_ms;
+  // With profile_layers: milliseconds of the last eager step by section ("<attn kind>/<op>" inside
+  // layers, summed over the layers of that kind; "embed", "head.norm", "lm_head", "argmax").
+  std::map<std::string, double> op_ms;
 };
 
 class CudaModel {

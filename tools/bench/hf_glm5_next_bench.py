@@ -35,6 +35,9 @@ def main():
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=60.0, help="skip larger sizes once one takes longer")
+    ap.add_argument("--max-forward-tokens", type=int, default=4096,
+                    help="tokens per forward call; longer prompts and batched contexts are fed in pieces "
+                         "through the cache (the torch KDA fallback needs O(tokens) x 64 x 64 x K memory)")
     a = ap.parse_args()
 
     import transformers
@@ -55,6 +58,17 @@ def main():
     res["build_s"] = time.time() - t0
     res["params"] = sum(p.numel() for p in model.parameters())
     V = cfg.text_config.vocab_size
+    res["max_forward_tokens"] = a.max_forward_tokens
+
+    def feed(ids):
+        """Prefill `ids` [B, T] in pieces of at most max_forward_tokens tokens; returns the last output."""
+        B, T = ids.shape
+        step = max(1, a.max_forward_tokens // B)
+        pkv, out = None, None
+        for p in range(0, T, step):
+            out = model(input_ids=ids[:, p:p + step], past_key_values=pkv, use_cache=True, logits_to_keep=1)
+            pkv = out.past_key_values
+        return out
 
     res["prefill"] = []
     for T in [int(x) for x in a.prompt_lens.split(",") if x]:
@@ -65,7 +79,7 @@ def main():
                 sync()
                 s = time.time()
                 with torch.no_grad():
-                    model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                    feed(ids)
                 sync()
                 times.append(time.time() - s)
                 if times[-1] > a.budget_s:
@@ -86,7 +100,7 @@ def main():
         try:
             ids = torch.randint(0, V, (B, a.context), device="cuda")
             with torch.no_grad():
-                out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+                out = feed(ids)
                 pkv = out.past_key_values
                 nxt = out.logits[:, -1].argmax(-1, keepdim=True)
                 times = []

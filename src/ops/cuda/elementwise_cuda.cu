@@ -300,6 +300,74 @@ __global__ void __launch_bounds__(kThreads) ConvOutKernel(const __grid_constant_
   }
 }
 
+// Phase 1, vectorised (channels and split multiples of 4, width <= 4, 16-byte aligned rows): a
+// thread owns 4 channels and a run of kConvTokens tokens, keeping the conv window in registers and
+// loading one new row per token while the tokens stay in one sequence. Same sums in the same order
+// as ConvOutKernel. Writes y or the split parts.
+constexpr int kConvTokens = 16;
+__global__ void __launch_bounds__(kThreads) ConvOutVec4Kernel(const __grid_constant__ ConvParams p) {
+  const int64_t C = p.channels, hist = p.width - 1, c4 = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) * 4;
+  if (c4 >= C) return;
+  const int W = static_cast<int>(p.width);
+  float wv[4][4];  // [channel][tap]
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) wv[q][j] = j < W ? p.w[(c4 + q) * W + j] : 0.0f;
+  float4 win[4];
+  int64_t prev_b = -2;
+  for (int64_t i0 = blockIdx.y * static_cast<int64_t>(kConvTokens); i0 < p.num_tokens;
+       i0 += static_cast<int64_t>(gridDim.y) * kConvTokens) {
+    prev_b = -2;
+    for (int tt = 0; tt < kConvTokens; ++tt) {
+      const int64_t i = i0 + tt;
+      if (i >= p.num_tokens) break;
+      const int64_t b = OwnerSeq(p.cu_seqlens, p.num_seqs, i);
+      const int32_t slot = b >= 0 ? p.slots[b] : -1;
+      float4 out = make_float4(0, 0, 0, 0);
+      if (SlotValid(slot, p.num_slots)) {
+        const int64_t start = p.cu_seqlens[b], pos = i - start;
+        const float* tail = p.state + slot * hist * C;
+        auto row = [&](int64_t src) -> float4 {  // input at position src of the sequence (< 0: tail)
+          return src >= 0 ? *reinterpret_cast<const float4*>(p.x + (start + src) * C + c4)
+                          : *reinterpret_cast<const float4*>(tail + (hist + src) * C + c4);
+        };
+        if (b != prev_b) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (j < W) win[j] = row(pos - hist + j);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 3; ++j)
+            if (j + 1 < W) win[j] = win[j + 1];
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (j == W - 1) win[j] = row(pos);
+        }
+        float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (j >= W) break;
+          a0 += wv[0][j] * win[j].x;
+          a1 += wv[1][j] * win[j].y;
+          a2 += wv[2][j] * win[j].z;
+          a3 += wv[3][j] * win[j].w;
+        }
+        out = make_float4(Silu(a0), Silu(a1), Silu(a2), Silu(a3));
+        prev_b = b;
+      } else {
+        prev_b = -2;
+      }
+      if (p.split > 0) {
+        const int64_t part = c4 / p.split, cc = c4 - part * p.split;
+        *reinterpret_cast<float4*>(p.parts[part] + i * p.split + cc) = out;
+      } else {
+        *reinterpret_cast<float4*>(p.y + i * C + c4) = out;
+      }
+    }
+  }
+}
+
 // Phase 2: each live sequence's tail ← the last width-1 inputs of [tail; x]. grid.x over
 // channels, grid.y over sequences.
 __global__ void __launch_bounds__(kThreads) ConvTailKernel(const __grid_constant__ ConvParams p) {
@@ -758,10 +826,27 @@ Status CausalConv1dSilu(const ConvParams& p, cudaStream_t stream) {
     return Bad("kda.conv", "width " + std::to_string(p.width) + " out of [1, " + std::to_string(kMaxConvWidth) + "]");
   if (p.num_tokens == 0) return Status::Ok();  // no token: every tail keeps its value
   if (p.num_seqs < 1) return Bad("kda.conv", "tokens without sequences");
-  if (!p.x || !p.w || !p.y || !p.cu_seqlens || !p.slots || (p.width > 1 && !p.state))
+  if (!p.x || !p.w || !p.cu_seqlens || !p.slots || (p.width > 1 && !p.state)) return Bad("kda.conv", "null pointer");
+  if (p.split > 0) {
+    if (p.channels != 3 * p.split || !p.parts[0] || !p.parts[1] || !p.parts[2])
+      return Bad("kda.conv", "split output needs channels == 3 * split and three part pointers");
+  } else if (!p.y) {
     return Bad("kda.conv", "null pointer");
-  const dim3 out_grid(GridFor(p.channels), GridY(p.num_tokens));
-  ConvOutKernel<<<out_grid, kThreads, 0, stream>>>(p);
+  }
+  auto a16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+  const bool vec = p.channels % 4 == 0 && p.width <= 4 && (p.split == 0 || p.split % 4 == 0) && a16(p.x) &&
+                   (p.width == 1 || a16(p.state)) &&
+                   (p.split > 0 ? a16(p.parts[0]) && a16(p.parts[1]) && a16(p.parts[2]) : a16(p.y));
+  if (vec) {
+    const dim3 grid(static_cast<unsigned>((p.channels / 4 + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(std::min<int64_t>((p.num_tokens + kConvTokens - 1) / kConvTokens, kMaxGridY)));
+    ConvOutVec4Kernel<<<grid, kThreads, 0, stream>>>(p);
+  } else if (p.split > 0) {
+    return Bad("kda.conv", "split output needs the vectorised path (channels and split multiples of 4, width <= 4)");
+  } else {
+    const dim3 out_grid(GridFor(p.channels), GridY(p.num_tokens));
+    ConvOutKernel<<<out_grid, kThreads, 0, stream>>>(p);
+  }
   GYRE_RETURN_IF_ERROR(Launched());
   if (p.width == 1) return Status::Ok();  // no tail
   const dim3 tail_grid(GridFor(p.channels), GridY(p.num_seqs));

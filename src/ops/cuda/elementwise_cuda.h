@@ -66,6 +66,10 @@ struct ConvParams {
   const int32_t* cu_seqlens = nullptr;  // [num_seqs + 1]
   const int32_t* slots = nullptr;       // [num_seqs]
   int64_t num_tokens = 0, num_seqs = 0, channels = 0, width = 0, num_slots = 0;
+  // Optional split output (KDA: q | k | v): when split > 0, y is not written and output channel c
+  // of token i goes to parts[c / split][i * split + c % split]; requires channels == 3 · split.
+  int64_t split = 0;
+  float* parts[3] = {nullptr, nullptr, nullptr};
 };
 Status CausalConv1dSilu(const ConvParams& p, cudaStream_t stream);
 
