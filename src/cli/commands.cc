@@ -27,6 +27,9 @@
 #include "runtime/generate.h"
 #include "runtime/model.h"
 #include "tokenizer/tokenizer.h"
+#ifdef GYRE_CUDA
+#include "runtime/cuda_model.h"
+#endif
 
 namespace gyre::cli {
 
@@ -79,6 +82,7 @@ struct GenerateArgs {
   int64_t prefill_chunk = 0;
   std::string act = "f32";
   std::string trace;  // Chrome trace output (+ .events.jsonl)
+  std::string backend = "cpu", weights = "f32";  // cuda: the model on the GPU (fp32 or bf16 GEMM weights)
   bool json = false;
 };
 
@@ -123,7 +127,7 @@ int RunGenerate(const GenerateArgs& a) {
     trace::Clear();
     trace::Enable(true);
   }
-  auto res = Generate(**model, {prompt}, go, [&](size_t, int32_t id) {
+  auto on_token = [&](size_t, int32_t id) {
     if (a.json) return;
     if (stream) {
       std::fputs(stream->Push(id).c_str(), stdout);
@@ -131,7 +135,32 @@ int RunGenerate(const GenerateArgs& a) {
       std::printf("%d ", id);
     }
     std::fflush(stdout);
-  });
+  };
+  Result<std::vector<GenerateResult>> res = Status::Internal("no backend");
+  if (a.backend == "cuda") {
+#ifdef GYRE_CUDA
+    CudaModelOptions co;
+    co.bf16_weights = a.weights == "bf16";
+    co.max_seqs = 2;
+    co.max_batch_tokens = std::max<int64_t>(static_cast<int64_t>(prompt.size()), 1);
+    co.kv_tokens = static_cast<int64_t>(prompt.size()) + a.max_tokens + 64;
+    co.page_tokens = 64;
+    auto gpu = CudaModel::FromHost((*model)->config(), (*model)->weights(), co);
+    if (!gpu) return Fail(gpu.error());
+    auto seq = (*gpu)->NewSequence();
+    if (!seq) return Fail(seq.error());
+    auto step = [&](std::span<const RaggedPiece> pieces, std::vector<float>* logits) -> Status {
+      std::vector<CudaModel::Input> batch;
+      for (const RaggedPiece& p : pieces) batch.push_back({*seq, p.ids, false});
+      return (*gpu)->Forward(batch, logits);
+    };
+    res = GenerateWith((*model)->config(), step, {prompt}, go, on_token);
+#else
+    return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
+#endif
+  } else {
+    res = Generate(**model, {prompt}, go, on_token);
+  }
   if (!a.trace.empty()) {
     trace::Enable(false);
     const auto spans = trace::Collect();
@@ -281,6 +310,10 @@ int Main(int argc, char** argv) {
   gen->add_option("--act", g.act, "activation dtype: f32 (default) or bf16");
   gen->add_flag("--json", g.json, "print one JSON object");
   gen->add_option("--trace", g.trace, "write a Chrome trace (Perfetto) of the run to this file");
+  gen->add_option("--backend", g.backend, "cpu (default) or cuda (the model on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  gen->add_option("--weights", g.weights, "cuda: f32 (default) or bf16 GEMM weights")
+      ->check(CLI::IsMember({"f32", "bf16"}));
 
   std::string f_model, f_ids, f_out, f_act = "f32";
   auto* fwd = app.add_subcommand("forward", "write the logits of one prefill");

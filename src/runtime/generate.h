@@ -30,6 +30,20 @@ struct GenerateResult {
 // Called after every generated token of sequence `seq`.
 using TokenFn = std::function<void(size_t seq, int32_t id)>;
 
+// One ragged step of a backend: for each piece (sequence index into the prompts, new tokens) in
+// order, the logits of the piece's last token ([pieces, vocab]).
+struct RaggedPiece {
+  size_t seq = 0;
+  std::span<const int32_t> ids;
+};
+using RaggedStepFn = std::function<Status(std::span<const RaggedPiece>, std::vector<float>* logits)>;
+
+// The generation loop over any backend's step (the CPU Model below; the GPU CudaModel in
+// `gyre generate --backend cuda`).
+Result<std::vector<GenerateResult>> GenerateWith(const ModelConfig& config, const RaggedStepFn& step,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& opts, const TokenFn& on_token = {});
+
 // Generates for each prompt. Errors: InvalidArgument for an empty prompt, an id out of range or
 // invalid sampling parameters; nothing is generated then.
 Result<std::vector<GenerateResult>> Generate(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
