@@ -174,6 +174,9 @@ if [[ -n "$GYRE" ]] && has_step modelbench; then
     --random-weights --batches 1,16,64,256 --context 1024 --steps 32 --out "$OUT/gpu_model_bench.json" || status=1
 fi
 if has_step hf; then
+  echo "== transformers' chunked KDA at the KDA prefill shapes"
+  PYTHONUNBUFFERED=1 timeout ${GYRE_HF_TIMEOUT:-300} python3 tools/bench/hf_kda_prefill_bench.py --out "$OUT/hf_kda_prefill.json" \
+    || echo "   (transformers KDA run failed or timed out)"
   echo "== transformers on the same config"
   PYTHONUNBUFFERED=1 timeout ${GYRE_HF_TIMEOUT:-300} python3 tools/bench/hf_glm5_next_bench.py \
     --config bench/configs/glm5_next_4layer.json --out "$OUT/hf_model_bench.json" || echo "   (transformers run failed or timed out)"
