@@ -117,6 +117,14 @@ expect_fail "usage error" 2 "" -- "$GYRE" generate
 expect_fail "decode bad json" 1 "not valid JSON" -- sh -c "echo '{oops' | '$GYRE' tokenize --tokenizer '$FX/tokenizer' --decode"
 expect_fail "decode id out of range" 1 "" -- sh -c "echo '{\"ids\": [99999]}' | '$GYRE' tokenize --tokenizer '$FX/tokenizer' --decode"
 expect_fail "missing tokenizer" 1 "" -- sh -c "echo hi | '$GYRE' tokenize --tokenizer '$TMP/none.json'"
+expect_fail "unknown backend" 2 "" -- "$GYRE" generate --model "$FX/glm5_tiny" --ids 1 --backend tpu
+# Without a GPU (CI), the CUDA paths fail cleanly: "built without CUDA" in the CPU build, a named CUDA
+# error (no device) in a CUDA build.
+if ! command -v nvidia-smi > /dev/null 2>&1; then
+  expect_fail "generate --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" generate --model "$FX/glm5_tiny" --ids 1 --backend cuda
+  expect_fail "verify model without a GPU" 1 "CUDA" -- "$GYRE" verify model --model "$FX/glm5_tiny"
+  expect_fail "bench model --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" bench model --backend cuda --config "$SRC/bench/configs/glm5_next_4layer.json"
+fi
 
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]
