@@ -1,19 +1,28 @@
-// gyre_mla_cuda_bench: sparse MLA decode with the DSA indexer on the GPU (mla_cuda.h), timed per
-// phase, with a self-check of every timed configuration against the CPU ops and the copy ceiling
-// measured in the same run (style.md §2.8).
+// gyre_mla_cuda_bench: sparse MLA decode and prefill with the DSA indexer on the GPU (mla_cuda.h),
+// timed per phase for three kernel variants in one run, with a self-check of every timed
+// configuration and the copy ceiling measured in the same run (style.md §2.8).
 //
-//   gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick]
+//   gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick] [--sanitize]
 //
 // Shapes (glm5_next defaults): H = 64, nope = v = 256, rope = 0, kv_lora R = 512, indexer Hi = 32,
 // di = 128, pool m = 16, topk K = 2048; kv_b in bf16, fp32 cache and activations; 64-token pages
 // under a shuffled block table. One decode step per batch row at position ctx − 1 (so each step
-// completes a pool):
-//   pool     CacheWrite of c, k_I, γ + IndexerPoolKeys
+// completes a pool), or a prefill of every position of one sequence:
+//   pool     the cache writes of c, k_I, γ + IndexerPoolKeys
 //   select   IndexerSelect (scores over ctx/m pools, top 128, expand)
-//   attn     MlaAttention over the 2048 selected tokens (absorb, split-key attention, combine, absorb)
-// Each timed step starts with a cold L2 (a 256 MiB memset between steps, outside the timing).
-// Sections: helpers; ceilings; case setup; self-check vs CPU ops; timing; main. Writes
-// DIR/mla_decode.json after every case. Exit 1 if a self-check fails, 2 on an error.
+//   attn     MlaAttention over the selected tokens (absorb, split-key attention, combine, absorb)
+// Variants (mla_kernels.h):
+//   before   the first kernels: 3 CacheWrite + first pool kernel, first score/select, kLegacy
+//   fp32     CacheWriteMulti + pool kernel 2, sliced select (kSliced, forced: the default kAuto
+//            picks it only for <= 4 tokens), kFp32 (exact fp32 attention)
+//   after    as fp32, attention kAuto = the bf16 tensor-core path (kv_b is bf16)
+// Self-check per variant: pooled keys vs ops::PoolKey (1e-6), selections vs ops::IndexerSelect
+// (exact), attention of before/fp32 vs ops::MlaAttention (fp32, 1e-5), of after vs an fp64 reference
+// of the exact math (1e-2) and an fp64 reference with the bf16 path's roundings (4e-3); docs/cuda.md
+// justifies the tolerances. Each timed step starts with a cold L2 (a 256 MiB memset between steps,
+// outside the timing). --sanitize: small cases, self-check only (for compute-sanitizer).
+// Sections: helpers; ceilings; case setup; fp64 references; self-check; timing; report; main.
+// Writes DIR/mla_decode.json after every case. Exit 1 if a self-check fails, 2 on an error.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +40,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/device_buffer.h"
 #include "ops/cuda/mla_cuda.h"
+#include "ops/cuda/mla_kernels.h"
 
 namespace gyre::cuda {
 namespace {
@@ -258,23 +268,103 @@ Status SetUp(Case& c, int64_t ctx, int64_t batch, bool prefill, cudaStream_t s) 
   return Status::Ok();
 }
 
+// The kernels of one timed variant (file comment).
+struct Variant {
+  const char* name;
+  bool legacy_pool, legacy_select;
+  internal::MlaKernels attn;
+  bool bf16_attention() const { return attn == internal::MlaKernels::kAuto; }
+};
+const Variant kVariants[] = {{"before", true, true, internal::MlaKernels::kLegacy},
+                             {"fp32", false, false, internal::MlaKernels::kFp32},
+                             {"after", false, false, internal::MlaKernels::kAuto}};
+
 // One step; marks[0..2] (optional) are recorded after the pool, select and attention phases.
-Status Step(Case& c, cudaStream_t s, cudaEvent_t* marks) {
-  GYRE_RETURN_IF_ERROR(CacheWrite(c.new_latent.get<float>(), kR, kR, c.b, c.latent.get<float>(), s));
-  GYRE_RETURN_IF_ERROR(CacheWrite(c.new_k.get<float>(), kDi, kDi, c.b, c.idx_k.get<float>(), s));
-  GYRE_RETURN_IF_ERROR(CacheWrite(c.new_gamma.get<float>(), kDi, kDi, c.b, c.gamma.get<float>(), s));
-  GYRE_RETURN_IF_ERROR(IndexerPoolKeys(c.idx_k.get<float>(), c.gamma.get<float>(), c.ape.get<float>(), kM, kDi, c.b,
-                                       c.pool_keys.get<float>(), s));
+Status Step(Case& c, const Variant& v, cudaStream_t s, cudaEvent_t* marks) {
+  if (v.legacy_pool) {
+    GYRE_RETURN_IF_ERROR(CacheWrite(c.new_latent.get<float>(), kR, kR, c.b, c.latent.get<float>(), s));
+    GYRE_RETURN_IF_ERROR(CacheWrite(c.new_k.get<float>(), kDi, kDi, c.b, c.idx_k.get<float>(), s));
+    GYRE_RETURN_IF_ERROR(CacheWrite(c.new_gamma.get<float>(), kDi, kDi, c.b, c.gamma.get<float>(), s));
+  } else {
+    const internal::CacheWriteItem items[3] = {{c.new_latent.get<float>(), kR, kR, c.latent.get<float>()},
+                                               {c.new_k.get<float>(), kDi, kDi, c.idx_k.get<float>()},
+                                               {c.new_gamma.get<float>(), kDi, kDi, c.gamma.get<float>()}};
+    GYRE_RETURN_IF_ERROR(internal::CacheWriteMulti(items, 3, c.b, s));
+  }
+  GYRE_RETURN_IF_ERROR(internal::IndexerPoolKeysWith(c.idx_k.get<float>(), c.gamma.get<float>(), c.ape.get<float>(), kM,
+                                                     kDi, c.b, c.pool_keys.get<float>(), v.legacy_pool, s));
   if (marks) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(marks[0], s));
-  GYRE_RETURN_IF_ERROR(IndexerSelect(c.q_idx.get<float>(), c.w.get<float>(), c.pool_keys.get<float>(), c.id, c.b,
-                                     c.sel.get<int32_t>(), c.cnt.get<int32_t>(), c.idx_ws.get(), c.idx_ws.bytes(), s));
+  internal::IndexerOptions io;
+  io.kernels = v.legacy_select ? internal::IndexerKernels::kLegacy : internal::IndexerKernels::kSliced;
+  GYRE_RETURN_IF_ERROR(internal::IndexerSelectWith(c.q_idx.get<float>(), c.w.get<float>(), c.pool_keys.get<float>(),
+                                                   c.id, c.b, c.sel.get<int32_t>(), c.cnt.get<int32_t>(), c.idx_ws.get(),
+                                                   c.idx_ws.bytes(), io, s));
   if (marks) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(marks[1], s));
   const DMat kvb{c.kv_b.get(), kH * (kNope + kV), kR, true};
-  GYRE_RETURN_IF_ERROR(MlaAttention(c.q.get<float>(), c.latent.get<float>(), nullptr, kvb, c.md, c.b,
-                                    c.sel.get<int32_t>(), c.cnt.get<int32_t>(), IndexerSelCap(c.id),
-                                    c.out.get<float>(), c.mla_ws.get(), c.mla_ws.bytes(), s));
+  internal::MlaOptions mo;
+  mo.kernels = v.attn;
+  GYRE_RETURN_IF_ERROR(internal::MlaAttentionWith(c.q.get<float>(), c.latent.get<float>(), nullptr, kvb, c.md, c.b,
+                                                  c.sel.get<int32_t>(), c.cnt.get<int32_t>(), IndexerSelCap(c.id),
+                                                  c.out.get<float>(), c.mla_ws.get(), c.mla_ws.bytes(), mo, s));
   if (marks) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(marks[2], s));
   return Status::Ok();
+}
+
+// ---- fp64 references of the bf16 path -------------------------------------------------------------
+
+float Bf16Round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  float y;
+  std::memcpy(&y, &u, 4);
+  return y;
+}
+
+// Absorbed MLA of one query over n keys in fp64: q [H·nope], lat [n, R], kvb [H·(nope + v), R]
+// (bf16 values widened). emulate: round to bf16 where the bf16 path does (q_nope, q_lat, the cache
+// rows, p, o_lat); p is rounded relative to the final row max here, relative to the running (or the
+// split's) max on the GPU, the one intended difference.
+std::vector<double> RefMla64(const std::vector<float>& q, const std::vector<float>& lat, int64_t n,
+                             const std::vector<float>& kvb, bool emulate) {
+  const int64_t blk = kNope + kV;
+  const double scale = 1.0 / 16.0;
+  auto rd = [&](double x) { return emulate ? double(Bf16Round(static_cast<float>(x))) : x; };
+  std::vector<double> c(n * kR), out(kH * kV), ql(kR), s(n), o(kR);
+  for (int64_t x = 0; x < n * kR; ++x) c[x] = rd(lat[x]);
+  for (int64_t h = 0; h < kH; ++h) {
+    std::fill(ql.begin(), ql.end(), 0.0);
+    for (int64_t k = 0; k < kNope; ++k) {
+      const double qk = rd(q[h * kNope + k]);
+      const float* w = kvb.data() + (h * blk + k) * kR;
+      for (int64_t r = 0; r < kR; ++r) ql[r] += qk * w[r];
+    }
+    for (int64_t r = 0; r < kR; ++r) ql[r] = rd(ql[r]);
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t r = 0; r < kR; ++r) acc += ql[r] * c[j * kR + r];
+      s[j] = acc * scale;
+      mx = std::max(mx, s[j]);
+    }
+    double l = 0;
+    std::fill(o.begin(), o.end(), 0.0);
+    for (int64_t j = 0; j < n; ++j) {
+      const double p = std::exp(s[j] - mx);
+      l += p;
+      const double pr = rd(p);
+      for (int64_t r = 0; r < kR; ++r) o[r] += pr * c[j * kR + r];
+    }
+    for (int64_t r = 0; r < kR; ++r) o[r] = rd(o[r] / l);
+    for (int64_t x = 0; x < kV; ++x) {
+      const float* w = kvb.data() + (h * blk + kNope + x) * kR;
+      double acc = 0;
+      for (int64_t r = 0; r < kR; ++r) acc += o[r] * w[r];
+      out[h * kV + x] = acc;
+    }
+  }
+  return out;
 }
 
 // ---- self-check vs the CPU ops -------------------------------------------------------------------
@@ -305,8 +395,8 @@ Result<std::vector<float>> Gather(const DeviceBuffer& cache, int64_t width, cons
 // Token `i` of the last step: its pooled key (if it completed a pool), selection and output,
 // recomputed by ops::PoolKey / ops::IndexerSelect / ops::MlaAttention from the GPU's own inputs.
 // The attention check uses the GPU's selection; kv_b is the bf16 matrix widened to fp32.
-Status CheckToken(Case& c, int64_t i, const std::vector<float>& kvb_f32, const std::string& tag, cudaStream_t s,
-                  std::vector<CheckRow>* out) {
+Status CheckToken(Case& c, int64_t i, const std::vector<float>& kvb_f32, const Variant& v, const std::string& tag,
+                  cudaStream_t s, std::vector<CheckRow>* out) {
   const int seq = c.tok_seq[i];
   const int64_t pos = c.tok_pos[i], P = (pos + 1) / kM;
   // Pooled key of the pool this token completed.
@@ -348,6 +438,15 @@ Status CheckToken(Case& c, int64_t i, const std::vector<float>& kvb_f32, const s
   as.offsets = {0, int64_t(gsel.size())};
   as.indices.resize(gsel.size());
   std::iota(as.indices.begin(), as.indices.end(), 0);
+  if (v.bf16_attention()) {
+    const int64_t n = static_cast<int64_t>(gsel.size());
+    for (const bool emulate : {false, true}) {
+      const std::vector<double> ref = RefMla64(qh, lat, n, kvb_f32, emulate);
+      out->push_back({tag + (emulate ? " attention rel-L2 vs fp64 with bf16 roundings" : " attention rel-L2 vs fp64"),
+                      RelL2(gpu_out, std::vector<float>(ref.begin(), ref.end())), emulate ? 4e-3 : 1e-2});
+    }
+    return Status::Ok();
+  }
   const Matrix kvb{kvb_f32, kH * (kNope + kV), kR};
   std::vector<float> cpu_out(kH * kV);
   const ops::RowView lv{lat.data(), nullptr, 1, kR, 0}, kr{lat.data(), nullptr, 1, 0, 0};
@@ -363,7 +462,7 @@ struct Timing {
   double pool = 0, select = 0, attn = 0, graph = 0;
 };
 
-Result<Timing> TimeSteps(Case& c, int reps, cudaStream_t s) {
+Result<Timing> TimeSteps(Case& c, const Variant& v, int reps, cudaStream_t s) {
   GYRE_ASSIGN_OR_RETURN(Event e0, Event::Create());
   GYRE_ASSIGN_OR_RETURN(Event e1, Event::Create());
   GYRE_ASSIGN_OR_RETURN(Event e2, Event::Create());
@@ -373,7 +472,7 @@ Result<Timing> TimeSteps(Case& c, int reps, cudaStream_t s) {
   for (int r = 0; r < reps; ++r) {
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(c.flush.get(), r & 0xff, c.flush.bytes(), s));  // cold L2
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e0.get(), s));
-    GYRE_RETURN_IF_ERROR(Step(c, s, marks));
+    GYRE_RETURN_IF_ERROR(Step(c, v, s, marks));
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e3.get()));
     float a = 0, b = 0, d = 0;
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&a, e0.get(), e1.get()));
@@ -391,7 +490,7 @@ Result<Timing> TimeSteps(Case& c, int reps, cudaStream_t s) {
     }
   } g;
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  const Status cap = Step(c, s, nullptr);
+  const Status cap = Step(c, v, s, nullptr);
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(s, &g.graph));
   GYRE_RETURN_IF_ERROR(cap);
   GYRE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&g.exec, g.graph, 0));
@@ -411,7 +510,7 @@ Result<Timing> TimeSteps(Case& c, int reps, cudaStream_t s) {
 // ---- report --------------------------------------------------------------------------------------
 
 struct Row {
-  std::string kind;
+  std::string variant, kind;
   int64_t ctx, batch, tokens, sel_tokens;
   Timing t;
   double bytes_pool, bytes_select, bytes_attn, attn_flop;
@@ -419,7 +518,7 @@ struct Row {
 
 struct Report {
   std::string path, commit, device_json = "null", error;
-  bool quick = false;
+  bool quick = false, sanitize = false;
   double copy_gbps = 0;
   std::vector<CheckRow> checks;
   std::vector<Row> rows;
@@ -432,7 +531,7 @@ struct Report {
   std::string RowJson(const Row& r) const {
     Json j;
     const auto gbps = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0; };
-    j.Str("kind", r.kind).Num("ctx", r.ctx).Num("batch", r.batch).Num("tokens", r.tokens);
+    j.Str("variant", r.variant).Str("kind", r.kind).Num("ctx", r.ctx).Num("batch", r.batch).Num("tokens", r.tokens);
     j.Num("pools_per_token", double(r.ctx / kM)).Num("selected_tokens_per_token", r.sel_tokens);
     j.Num("us_pool", r.t.pool).Num("us_select", r.t.select).Num("us_attention", r.t.attn);
     j.Num("us_step_sum", r.t.pool + r.t.select + r.t.attn).Num("us_step_graph", r.t.graph);
@@ -454,13 +553,17 @@ struct Report {
     for (const auto& c : checks) cs.push_back(c.ToJson());
     for (const auto& r : rows) rs.push_back(RowJson(r));
     Json root;
-    root.Str("date_utc", date).Str("commit", commit).Bool("quick", quick).Raw("device", device_json);
+    root.Str("date_utc", date).Str("commit", commit).Bool("quick", quick).Bool("sanitize", sanitize);
+    root.Raw("device", device_json);
     root.Str("config",
              "H=64 nope=v=256 rope=0 kv_lora=512 indexer Hi=32 di=128 m=16 topk=2048; kv_b bf16, fp32 cache and "
-             "activations, fp32 FFMA math; 64-token pages, shuffled block table; decode: one token per sequence at "
-             "position ctx-1; L2 flushed (256 MiB memset) before every timed step; medians; pool = 3 CacheWrite + "
-             "IndexerPoolKeys, select = IndexerSelect, attention = MlaAttention; bytes = compulsory HBM traffic "
-             "(cache rows read, pooled keys, kv_b, scores/keys and workspace round trips)");
+             "activations; 64-token pages, shuffled block table; decode: one token per sequence at position ctx-1; "
+             "L2 flushed (256 MiB memset) before every timed step; medians; pool = cache writes of c, k_I, gamma + "
+             "IndexerPoolKeys, select = IndexerSelect, attention = MlaAttention; variants: before = first kernels "
+             "(3 CacheWrite + pool kernel 1, score/select 1, kLegacy fp32 FFMA), fp32 = CacheWriteMulti + pool "
+             "kernel 2, sliced select, kFp32 (exact fp32), after = as fp32 with kAuto (bf16 tensor-core attention); "
+             "bytes = compulsory HBM traffic (cache rows read, pooled keys, kv_b, scores/keys and workspace round "
+             "trips)");
     root.Num("copy_gbps", copy_gbps).Bool("self_check_pass", AllPass()).Raw("self_check", Array(cs));
     root.Raw("runs", Array(rs)).Str("error", error);
     if (FILE* f = std::fopen(path.c_str(), "w")) {
@@ -469,13 +572,13 @@ struct Report {
     }
   }
   void Print() const {
-    std::printf("\n%-8s %7s %5s %9s %9s %9s %9s %9s  %%copy(attn)  TFLOP/s(attn)\n", "kind", "ctx", "B", "pool us",
-                "select us", "attn us", "sum us", "graph us");
+    std::printf("\n%-7s %-8s %7s %5s %9s %9s %9s %9s %9s  %%copy(attn)  TFLOP/s(attn)\n", "variant", "kind", "ctx",
+                "B", "pool us", "select us", "attn us", "sum us", "graph us");
     for (const auto& r : rows) {
       const double ga = r.t.attn > 0 ? r.bytes_attn / (r.t.attn * 1e-6) / 1e9 : 0;
-      std::printf("%-8s %7lld %5lld %9.1f %9.1f %9.1f %9.1f %9.1f  %10.1f%%  %8.2f\n", r.kind.c_str(),
-                  static_cast<long long>(r.ctx), static_cast<long long>(r.batch), r.t.pool, r.t.select, r.t.attn,
-                  r.t.pool + r.t.select + r.t.attn, r.t.graph, 100 * ga / copy_gbps,
+      std::printf("%-7s %-8s %7lld %5lld %9.1f %9.1f %9.1f %9.1f %9.1f  %10.1f%%  %8.2f\n", r.variant.c_str(),
+                  r.kind.c_str(), static_cast<long long>(r.ctx), static_cast<long long>(r.batch), r.t.pool,
+                  r.t.select, r.t.attn, r.t.pool + r.t.select + r.t.attn, r.t.graph, 100 * ga / copy_gbps,
                   r.t.attn > 0 ? r.attn_flop / (r.t.attn * 1e-6) / 1e12 : 0.0);
     }
     std::printf("self-check: %s (%zu checks); wrote %s\n", AllPass() ? "all pass" : "FAILURES", checks.size(),
@@ -501,32 +604,38 @@ void Account(const Case& c, const std::vector<int32_t>& counts, Row* r) {
   r->attn_flop = T * kH * (2.0 * kNope * kR + 2.0 * kV * kR) + sel_total * kH * 4.0 * kR;
 }
 
-Status RunCase(Report& rep, int64_t ctx, int64_t batch, bool prefill, const std::vector<int64_t>& check_tokens,
-               int reps, cudaStream_t s) {
+Status RunCase(Report& rep, int64_t ctx, int64_t batch, bool prefill, std::vector<int64_t> check_tokens, int reps,
+               cudaStream_t s) {
+  std::sort(check_tokens.begin(), check_tokens.end());
+  check_tokens.erase(std::unique(check_tokens.begin(), check_tokens.end()), check_tokens.end());
   Case c;
   GYRE_RETURN_IF_ERROR(SetUp(c, ctx, batch, prefill, s));
-  GYRE_RETURN_IF_ERROR(Step(c, s, nullptr));  // warm-up and the step the self-check reads
-  GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   GYRE_ASSIGN_OR_RETURN(auto kvb_bits, ToHost<uint16_t>(c.kv_b.get(), kH * (kNope + kV) * kR));
   std::vector<float> kvb(kvb_bits.size());
   for (size_t j = 0; j < kvb.size(); ++j) {
     const uint32_t u = uint32_t(kvb_bits[j]) << 16;
     std::memcpy(&kvb[j], &u, 4);
   }
-  const std::string tag = std::string(prefill ? "prefill" : "decode") + " ctx=" + std::to_string(ctx) +
-                          " B=" + std::to_string(batch);
-  for (int64_t i : check_tokens) {
-    std::vector<CheckRow> rows;
-    GYRE_RETURN_IF_ERROR(CheckToken(c, i, kvb, tag + " token " + std::to_string(i), s, &rows));
-    for (const auto& r : rows)
-      std::printf("  %s %-64s %.3g (tol %.0e)\n", r.pass() ? "ok  " : "FAIL", r.name.c_str(), r.metric, r.tol);
-    rep.checks.insert(rep.checks.end(), rows.begin(), rows.end());
+  for (const Variant& v : kVariants) {
+    GYRE_RETURN_IF_ERROR(Step(c, v, s, nullptr));  // warm-up and the step the self-check reads
+    GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    const std::string tag = std::string(v.name) + " " + (prefill ? "prefill" : "decode") + " ctx=" +
+                            std::to_string(ctx) + " B=" + std::to_string(batch);
+    for (int64_t i : check_tokens) {
+      std::vector<CheckRow> rows;
+      GYRE_RETURN_IF_ERROR(CheckToken(c, i, kvb, v, tag + " token " + std::to_string(i), s, &rows));
+      for (const auto& r : rows)
+        std::printf("  %s %-80s %.3g (tol %.0e)\n", r.pass() ? "ok  " : "FAIL", r.name.c_str(), r.metric, r.tol);
+      rep.checks.insert(rep.checks.end(), rows.begin(), rows.end());
+    }
+    if (reps <= 0) continue;
+    Row row{v.name, prefill ? "prefill" : "decode", ctx, batch, 0, 0, {}, 0, 0, 0, 0};
+    GYRE_ASSIGN_OR_RETURN(auto counts, ToHost<int32_t>(c.cnt.get(), c.num_tokens));
+    Account(c, counts, &row);
+    GYRE_ASSIGN_OR_RETURN(row.t, TimeSteps(c, v, reps, s));
+    rep.rows.push_back(row);
+    rep.Write();
   }
-  Row row{prefill ? "prefill" : "decode", ctx, batch, 0, 0, {}, 0, 0, 0, 0};
-  GYRE_ASSIGN_OR_RETURN(auto counts, ToHost<int32_t>(c.cnt.get(), c.num_tokens));
-  Account(c, counts, &row);
-  GYRE_ASSIGN_OR_RETURN(row.t, TimeSteps(c, reps, s));
-  rep.rows.push_back(row);
   rep.Write();
   return Status::Ok();
 }
@@ -549,6 +658,12 @@ Status Run(Report& rep) {
   GYRE_ASSIGN_OR_RETURN(rep.copy_gbps, CopyGbps(s));
   std::printf("copy ceiling: %.0f GB/s (read + write)\n", rep.copy_gbps);
   rep.Write();
+  if (rep.sanitize) {  // small cases, self-check only: split decode, 3 sequences, a prefill past the budget
+    GYRE_RETURN_IF_ERROR(RunCase(rep, 8192, 1, false, {0}, 0, s));
+    GYRE_RETURN_IF_ERROR(RunCase(rep, 4096, 3, false, {0, 2}, 0, s));
+    GYRE_RETURN_IF_ERROR(RunCase(rep, 2560, 1, true, {0, 2047, 2559}, 0, s));
+    return Status::Ok();
+  }
   const int reps = rep.quick ? 5 : 21;
   for (int64_t ctx : {int64_t(8192), int64_t(65536), int64_t(262144)}) {
     for (int64_t batch : {int64_t(1), int64_t(32)}) {
@@ -572,12 +687,13 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) rep.commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) rep.quick = true;
+    else if (!std::strcmp(argv[i], "--sanitize")) rep.sanitize = true;
     else {
-      std::fprintf(stderr, "usage: gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick]\n");
+      std::fprintf(stderr, "usage: gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick] [--sanitize]\n");
       return 2;
     }
   }
-  rep.path = out + "/mla_decode.json";
+  rep.path = out + (rep.sanitize ? "/mla_sanitize.json" : "/mla_decode.json");
   const gyre::Status st = gyre::cuda::Run(rep);
   if (!st.ok()) rep.error = st.ToString();
   rep.Write();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -108,6 +109,24 @@ std::vector<int32_t> Iota(int64_t n, int32_t first = 0) {
   return v;
 }
 
+double RelL2(const std::vector<float>& x, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (!std::isfinite(x[k])) return INFINITY;
+    num += (double(x[k]) - ref[k]) * (double(x[k]) - ref[k]);
+    den += double(ref[k]) * ref[k];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// bf16 bits of x, round-to-nearest-even (finite inputs).
+uint16_t ToBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
 }  // namespace
 
 // ---- mla.attention -------------------------------------------------------------------------------
@@ -149,16 +168,39 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer dkvb, Upload(a.kv_b, sizeof(float) * H * (a.nope + vd) * L, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, a.t, s));
   const MlaDims d{H, a.nope, a.rope, vd, L, a.scale};
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer ws, Poisoned(MlaWorkspaceBytes(d, n, a.t), s));
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dout, Poisoned(sizeof(float) * n * H * vd, s));
+  // One run with fresh NaN-poisoned workspace and output; checks the padding token's zero output.
+  auto run = [&](const DMat& kvb, const internal::MlaOptions& o) -> Result<std::vector<float>> {
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer ws, Poisoned(MlaWorkspaceBytes(d, n, a.t), s));
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer dout, Poisoned(sizeof(float) * n * H * vd, s));
+    GYRE_RETURN_IF_ERROR(internal::MlaAttentionWith(
+        dq.get<float>(), latent.get<float>(), a.rope > 0 ? krot.get<float>() : nullptr, kvb, d, db.b,
+        a.sel_offsets ? dsel.get<int32_t>() : nullptr, a.sel_offsets ? dcnt.get<int32_t>() : nullptr, cap,
+        dout.get<float>(), ws.get(), ws.bytes(), o, s));
+    GYRE_ASSIGN_OR_RETURN(std::vector<float> y, Download<float>(dout, n * H * vd, s));
+    for (int64_t x = 0; x < H * vd; ++x)
+      if (y[x] != 0.0f) return Status::Internal("mla host: the padding token's output is not zero");
+    return y;
+  };
   const DMat kvb{dkvb.get(), H * (a.nope + vd), L, false};
-  GYRE_RETURN_IF_ERROR(MlaAttention(dq.get<float>(), latent.get<float>(), a.rope > 0 ? krot.get<float>() : nullptr, kvb,
-                                    d, db.b, a.sel_offsets ? dsel.get<int32_t>() : nullptr,
-                                    a.sel_offsets ? dcnt.get<int32_t>() : nullptr, cap, dout.get<float>(), ws.get(),
-                                    ws.bytes(), s));
-  GYRE_ASSIGN_OR_RETURN(std::vector<float> o, Download<float>(dout, n * H * vd, s));
-  for (int64_t x = 0; x < H * vd; ++x)
-    if (o[x] != 0.0f) return Status::Internal("mla host: the padding token's output is not zero");
+  GYRE_ASSIGN_OR_RETURN(std::vector<float> o, run(kvb, {}));
+  // Cross-checks of the other kernels (mla_kernels.h "variants"), Internal when one disagrees:
+  // the first version with fp32 weights (same function, other summation order) ...
+  GYRE_ASSIGN_OR_RETURN(std::vector<float> legacy, run(kvb, {internal::MlaKernels::kLegacy}));
+  if (const double e = RelL2(legacy, o); !(e <= 1e-5))
+    return Status::Internal("mla host: legacy kernels differ from the default by rel-L2 " + std::to_string(e));
+  // ... and the bf16 path with kv_b rounded to bf16, against the exact fp32 path on the same weights,
+  // with the skinny and the tensor-core head GEMMs (bf16 operand rounding: rel-L2 ~1e-3).
+  std::vector<uint16_t> kvb16(H * (a.nope + vd) * L);
+  for (size_t x = 0; x < kvb16.size(); ++x) kvb16[x] = ToBf16(a.kv_b[x]);
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dkvb16, Upload(kvb16, s));
+  const DMat kvb_bf16{dkvb16.get(), H * (a.nope + vd), L, true};
+  GYRE_ASSIGN_OR_RETURN(std::vector<float> exact, run(kvb_bf16, {internal::MlaKernels::kFp32}));
+  for (const int skinny : {internal::kSkMaxTokens, 0}) {
+    GYRE_ASSIGN_OR_RETURN(std::vector<float> tc, run(kvb_bf16, {internal::MlaKernels::kAuto, skinny}));
+    if (const double e = RelL2(tc, exact); !(e <= 1e-2))
+      return Status::Internal("mla host: bf16 tensor-core path (skinny_max_tokens " + std::to_string(skinny) +
+                              ") differs from the fp32 path by rel-L2 " + std::to_string(e));
+  }
   std::copy(o.begin() + H * vd, o.end(), out);
   return Status::Ok();
 }
@@ -173,8 +215,16 @@ Status PoolKeyOnDevice(const float* k, const float* gamma, const float* ape, int
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer kc, Poisoned(sizeof(float) * pg.rows() * d, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer gc, Poisoned(sizeof(float) * pg.rows() * d, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer pk, Poisoned(sizeof(float) * pg.rows() * d, s));
-  GYRE_RETURN_IF_ERROR(WriteRows(k, d, Iota(m), pg, kc.get<float>(), s));
-  GYRE_RETURN_IF_ERROR(WriteRows(gamma, d, Iota(m), pg, gc.get<float>(), s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer pk_legacy, Poisoned(sizeof(float) * pg.rows() * d, s));
+  {  // k_I and γ in one CacheWriteMulti launch
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer dk, Upload(k, sizeof(float) * m * d, s));
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer dg, Upload(gamma, sizeof(float) * m * d, s));
+    GYRE_ASSIGN_OR_RETURN(DeviceBatch wb, MakeBatch(pg, std::vector<int32_t>(m, kSeq), Iota(m), pg.max_pages * kPageTokens, s));
+    const internal::CacheWriteItem items[2] = {{dk.get<float>(), d, d, kc.get<float>()},
+                                               {dg.get<float>(), d, d, gc.get<float>()}};
+    GYRE_RETURN_IF_ERROR(internal::CacheWriteMulti(items, 2, wb.b, s));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  }
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer da, Upload(ape, sizeof(float) * m * d, s));
   // A prefill step over the pool's m tokens, behind a padding token that would complete a pool.
   std::vector<int32_t> tok_seq(m + 1, kSeq), tok_pos(m + 1);
@@ -183,7 +233,12 @@ Status PoolKeyOnDevice(const float* k, const float* gamma, const float* ape, int
   for (int64_t r = 0; r < m; ++r) tok_pos[r + 1] = static_cast<int32_t>(r);
   GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, m, s));
   GYRE_RETURN_IF_ERROR(IndexerPoolKeys(kc.get<float>(), gc.get<float>(), da.get<float>(), m, d, db.b, pk.get<float>(), s));
+  GYRE_RETURN_IF_ERROR(internal::IndexerPoolKeysWith(kc.get<float>(), gc.get<float>(), da.get<float>(), m, d, db.b,
+                                                     pk_legacy.get<float>(), true, s));
   GYRE_ASSIGN_OR_RETURN(std::vector<float> all, Download<float>(pk, pg.rows() * d, s));
+  GYRE_ASSIGN_OR_RETURN(std::vector<float> all_legacy, Download<float>(pk_legacy, pg.rows() * d, s));
+  if (std::memcmp(all.data(), all_legacy.data(), sizeof(float) * all.size()) != 0)
+    return Status::Internal("pool_key host: the shared-memory and the first kernel differ");
   const int64_t want = pg.Row(kSeq, m - 1);
   for (int64_t r = 0; r < pg.rows(); ++r) {
     bool written = false;
@@ -225,32 +280,45 @@ Status IndexerSelectOnDevice(const IndexerHostArgs& a, std::vector<std::vector<i
   const IndexerDims d{Hi, di, m, a.topk, a.tail};
   const int64_t cap = IndexerSelCap(d);
 
-  // Staged in shared memory (the default), then forced through global memory.
-  std::vector<int32_t> lists[2], counts[2];
-  for (int pass = 0; pass < 2; ++pass) {
-    GYRE_ASSIGN_OR_RETURN(DeviceBuffer ws, Poisoned(IndexerWorkspaceBytes(d, n, t), s));
+  // The default, then variants that must give the same lists: the sliced select staged in shared
+  // memory and through global memory; tiny slices (several candidate lists merged by the last
+  // block), staged and not; the first version, staged and not.
+  using internal::IndexerKernels;
+  const internal::IndexerOptions passes[] = {{},
+                                             {internal::kIdxSelectSmemKeys, 0, IndexerKernels::kSliced},
+                                             {0, 0, IndexerKernels::kSliced},
+                                             {internal::kIdxSelectSmemKeys, 3, IndexerKernels::kSliced},
+                                             {0, 5, IndexerKernels::kSliced},
+                                             {internal::kIdxSelectSmemKeys, 0, IndexerKernels::kLegacy},
+                                             {0, 0, IndexerKernels::kLegacy}};
+  constexpr int kPasses = sizeof(passes) / sizeof(passes[0]);
+  std::vector<int32_t> lists[kPasses], counts[kPasses];
+  for (int pass = 0; pass < kPasses; ++pass) {
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer ws, Poisoned(internal::IndexerWorkspaceBytesWith(d, n, t, passes[pass]), s));
     GYRE_ASSIGN_OR_RETURN(DeviceBuffer dsel, Poisoned(sizeof(int32_t) * n * std::max<int64_t>(cap, 1), s));
     GYRE_ASSIGN_OR_RETURN(DeviceBuffer dcnt, Poisoned(sizeof(int32_t) * n, s));
-    GYRE_RETURN_IF_ERROR(internal::IndexerSelectStaged(dq.get<float>(), dw.get<float>(), pk.get<float>(), d, db.b,
-                                                       dsel.get<int32_t>(), dcnt.get<int32_t>(), ws.get(), ws.bytes(),
-                                                       pass == 0 ? internal::kIdxSelectSmemKeys : 0, s));
+    GYRE_RETURN_IF_ERROR(internal::IndexerSelectWith(dq.get<float>(), dw.get<float>(), pk.get<float>(), d, db.b,
+                                                     dsel.get<int32_t>(), dcnt.get<int32_t>(), ws.get(), ws.bytes(),
+                                                     passes[pass], s));
     GYRE_ASSIGN_OR_RETURN(lists[pass], Download<int32_t>(dsel, n * cap, s));
     GYRE_ASSIGN_OR_RETURN(counts[pass], Download<int32_t>(dcnt, n, s));
+    if (counts[pass][0] != 0) return Status::Internal("select host: the padding token selected keys");
   }
-  if (counts[0][0] != 0 || counts[1][0] != 0) return Status::Internal("select host: the padding token selected keys");
   rows->assign(a.s, {});
   for (int64_t i = 0; i < a.s; ++i) {
     const int64_t c = counts[0][i + 1], pos = a.pos0 + i;
-    if (c < 0 || c > cap || c != counts[1][i + 1])
-      return Status::Internal("select host: query " + std::to_string(i) + " count " + std::to_string(c) + " vs " +
-                              std::to_string(counts[1][i + 1]) + " (global path), cap " + std::to_string(cap));
     const int32_t* row = lists[0].data() + (i + 1) * cap;
-    for (int64_t j = 0; j < c; ++j) {
-      if (row[j] != lists[1][(i + 1) * cap + j])
-        return Status::Internal("select host: shared- and global-memory paths differ at query " + std::to_string(i));
+    for (int pass = 1; pass < kPasses; ++pass) {
+      if (c < 0 || c > cap || c != counts[pass][i + 1])
+        return Status::Internal("select host: query " + std::to_string(i) + " count " + std::to_string(c) + " vs " +
+                                std::to_string(counts[pass][i + 1]) + " (variant " + std::to_string(pass) + "), cap " +
+                                std::to_string(cap));
+      if (!std::equal(row, row + c, lists[pass].data() + (i + 1) * cap))
+        return Status::Internal("select host: variant " + std::to_string(pass) + " differs at query " + std::to_string(i));
+    }
+    for (int64_t j = 0; j < c; ++j)
       if (row[j] < 0 || row[j] > pos || (j > 0 && row[j] <= row[j - 1]))
         return Status::Internal("select host: query " + std::to_string(i) + " list not ascending within [0, pos]");
-    }
     (*rows)[i].assign(row, row + c);
   }
   return Status::Ok();

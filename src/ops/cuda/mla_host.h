@@ -31,11 +31,15 @@ struct MlaHostArgs {
   const int32_t* sel_indices = nullptr;  // key positions, ascending per query
 };
 
-// ops::MlaAttention on the GPU; out [s, H·v].
+// ops::MlaAttention on the GPU; out [s, H·v]. Also runs the other kernels on the same inputs and
+// returns Internal when they disagree: the first version (fp32, rel-L2 <= 1e-5 to the default), and
+// with kv_b rounded to bf16 the bf16 tensor-core path (skinny and tensor-core head GEMMs) against the
+// exact fp32 path on those weights (rel-L2 <= 1e-2: bf16 operands).
 Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out);
 
 // ops::PoolKey of one pool on the GPU, through IndexerPoolKeys over a step that writes the pool's m
-// tokens: k, gamma, ape [m, d]; out [d]. Also checks that exactly one pooled-key row is written.
+// tokens (k and gamma in one CacheWriteMulti): k, gamma, ape [m, d]; out [d]. Also checks that
+// exactly one pooled-key row is written and that the first kernel writes the same bits.
 Status PoolKeyOnDevice(const float* k, const float* gamma, const float* ape, int64_t m, int64_t d, float* out);
 
 struct IndexerHostArgs {
@@ -48,8 +52,9 @@ struct IndexerHostArgs {
 };
 
 // ops::IndexerSelect on the GPU; rows[i] = selected key positions of query i (ascending). Runs the
-// select twice, with candidates staged in shared memory and read from global memory, and returns
-// Internal unless both give the same lists.
+// sliced select with candidates staged in shared memory and read from global memory, with tiny
+// slices (merged candidate lists), and the first version, and returns Internal unless all give the
+// same lists.
 Status IndexerSelectOnDevice(const IndexerHostArgs& a, std::vector<std::vector<int32_t>>* rows);
 
 }  // namespace gyre::cuda

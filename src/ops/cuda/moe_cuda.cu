@@ -3,8 +3,8 @@
 // GEMMs → combine). The grouped GEMMs live in sm90_moe_gemm.cu (HMMA, SIMT) and
 // sm90_moe_wgmma.cu (wgmma).
 //
-// Sections: workspace layout; routing kernel; sort kernels; cast and combine kernels; heuristics;
-// launchers.
+// Sections: workspace layout; routing kernel; sort kernels (and the one-kernel sort of small
+// batches); cast and combine kernels; heuristics; launchers.
 #include "ops/cuda/moe_cuda.h"
 
 #include <cuda_bf16.h>
@@ -35,9 +35,10 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 //   xb        [n, D] bf16         x as the bf16 operand (bf16 weights only)
 //   act       [P, I]              SwiGLU output, bf16 or fp32 as the weights
 //   y         [P, D] fp32         down-projection output per pair
+//   col_done  [D / 16] int32      fused-combine counters per down n-tile (small batches)
 struct Layout {
   int64_t pairs = 0, num_chunks = 0, max_tiles = 0;
-  size_t counts = 0, offsets = 0, tiles = 0, row_pair = 0, xb = 0, act = 0, y = 0, total = 0;
+  size_t counts = 0, offsets = 0, tiles = 0, row_pair = 0, xb = 0, act = 0, y = 0, col_done = 0, total = 0;
 };
 
 Layout MakeLayout(const MoeExpertWeights& ew, int64_t n, int64_t top_k) {
@@ -59,6 +60,7 @@ Layout MakeLayout(const MoeExpertWeights& ew, int64_t n, int64_t top_k) {
   L.xb = take(ew.bf16 ? 2 * static_cast<size_t>(n * ew.hidden) : 0);
   L.act = take((ew.bf16 ? 2 : 4) * p * static_cast<size_t>(ew.inter));
   L.y = take(4 * p * static_cast<size_t>(ew.hidden));
+  L.col_done = take(4 * static_cast<size_t>(CeilDiv(ew.hidden, 16)));
   L.total = off;
   return L;
 }
@@ -273,6 +275,85 @@ __global__ void __launch_bounds__(32) MoeScatterKernel(const int32_t* idx, int64
   }
 }
 
+// One kernel for P <= kMoeSmallPairs pairs (decode): block 0 sorts, the other blocks cast x to bf16.
+// The sort ranks pair p by the unique key (expert, p) — the same order as the chunked sort — with
+// one thread per pair comparing against all keys in shared memory, then lists the m-tiles from the
+// sorted experts (a row starts a tile at its expert's first row and every block_m rows after).
+// Writes row_pair, tiles, offsets[E] (valid pairs) and offsets[E + 1] (tiles), and zeroes the fused
+// combine counters (and `out` when no pair is valid: no tile will write it); offsets[0, E) are not
+// written (no kernel reads them on this path).
+struct SmallSortParams {
+  const int32_t* idx;  // [P]
+  int pairs, num_experts, block_m;
+  int32_t* row_pair;
+  int4* tiles;
+  int32_t* offsets;
+  int32_t* col_done;  // [num_cols], or null
+  int num_cols;
+  float* out;  // [out_count]: zeroed if no pair is valid (fused combine), or null
+  int64_t out_count;
+  const float* x;  // cast: x [count] → xb (null: no cast)
+  int64_t count;
+  __nv_bfloat16* xb;
+};
+
+constexpr int kSmall = internal::kMoeSmallPairs;
+
+__global__ void __launch_bounds__(kSmall) MoeSmallSortKernel(const __grid_constant__ SmallSortParams p) {
+  // The GEMM after this grid waits for all of it (griddepcontrol.wait); let it launch now.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  const int tid = threadIdx.x;
+  if (blockIdx.x > 0) {
+    const int64_t stride = int64_t(gridDim.x - 1) * blockDim.x;
+    for (int64_t i = int64_t(blockIdx.x - 1) * blockDim.x + tid; i < p.count; i += stride)
+      p.xb[i] = __float2bfloat16_rn(p.x[i]);
+    return;
+  }
+  __shared__ int key[kSmall], sorted_expert[kSmall], warp_tiles[kSmall / 32];
+  const int P = p.pairs, E = p.num_experts;
+  for (int i = tid; i < p.num_cols; i += kSmall) p.col_done[i] = 0;
+  const int e = tid < P ? p.idx[tid] : -1;
+  const bool valid = e >= 0 && e < E;
+  key[tid] = valid ? e * P + tid : INT_MAX;  // e·P + p < 4096 · 256: no overflow
+  __syncthreads();
+  if (valid) {
+    int rank = 0;
+    for (int q = 0; q < P; ++q) rank += key[q] < key[tid];
+    p.row_pair[rank] = tid;
+    sorted_expert[rank] = e;
+  }
+  const int num_valid = __syncthreads_count(valid);
+  // Row r = tid of the sorted order: does it start an m-tile, and of how many rows?
+  int tile_rows = 0, er = -1;
+  if (tid < num_valid) {
+    er = sorted_expert[tid];
+    int first = tid;
+    while (first > 0 && sorted_expert[first - 1] == er) --first;
+    if ((tid - first) % p.block_m == 0) {
+      int end = tid + 1;  // one past the tile's last row
+      while (end < num_valid && end - tid < p.block_m && sorted_expert[end] == er) ++end;
+      tile_rows = end - tid;
+    }
+  }
+  // Tile index = exclusive prefix count of tile starts over rows.
+  const int lane = tid & 31, warp = tid >> 5;
+  const unsigned starts = __ballot_sync(0xffffffffu, tile_rows > 0);
+  if (lane == 0) warp_tiles[warp] = __popc(starts);
+  __syncthreads();
+  int before = __popc(starts & ((1u << lane) - 1u)), num_tiles = 0;
+  for (int w = 0; w < kSmall / 32; ++w) {
+    if (w < warp) before += warp_tiles[w];
+    num_tiles += warp_tiles[w];
+  }
+  if (tile_rows > 0) p.tiles[before] = make_int4(er, tid, tile_rows, 0);
+  if (tid == 0) {
+    p.offsets[E] = num_valid;
+    p.offsets[E + 1] = num_tiles;
+  }
+  if (num_valid == 0 && p.out)
+    for (int64_t i = tid; i < p.out_count; i += kSmall) p.out[i] = 0.f;
+}
+
 // ---- cast and combine kernels --------------------------------------------------------------------
 
 __global__ void MoeCastKernel(const float* x, int64_t count, __nv_bfloat16* y) {
@@ -369,14 +450,21 @@ Status MoeExperts(const float* x, int64_t n, const int32_t* idx, const float* w,
 
 namespace internal {
 
-// Heuristic by the mean rows per expert (n·k/E, known on the host): 16-row HMMA tiles while the
-// GEMMs stream weights (decode), wgmma 64 × 256 and 128 × 256 tiles as rows per expert grow.
+// Heuristic by the mean rows per expert (n·k/E, known on the host), from gpu_moe_opt_2026-12-02.json:
+// 16-row HMMA tiles while the GEMMs stream weights (decode); wgmma 64 × 256 from 24 rows; from 96
+// rows the warp-specialized 128 × 256 kernel (its TMA ring streams the weights better: 4.54 vs
+// 4.71 ms at 114 rows) until the tiles are compute-bound, where the plain wgmma kernel issues
+// faster (15.7 vs 17.0 ms at 455 rows). NOTE: the 160-row crossover is not measured (only 114 and
+// 455 were); the warp-specialized 64-row kernel is never picked (slower than the plain one at 114
+// rows, within 1% of the HMMA kernel where weights dominate).
 MoeGemmKind PickMoeGemm(const MoeExpertWeights& ew, int64_t n, int64_t top_k) {
   if (!ew.bf16 || !Aligned16(ew.gate_up) || !Aligned16(ew.down)) return MoeGemmKind::kSimt;
   const double rows_per_expert = static_cast<double>(n) * top_k / ew.num_experts;
+  const bool tma_ok = 2 * ew.inter * ew.num_experts <= int64_t(INT32_MAX) &&
+                      ew.hidden * ew.num_experts <= int64_t(INT32_MAX);
   MoeGemmKind want = MoeGemmKind::kMma16x128;
   if (rows_per_expert >= 96) {
-    want = MoeGemmKind::kWgmma128x256;
+    want = tma_ok && rows_per_expert < 160 ? MoeGemmKind::kWgmmaWs128x256 : MoeGemmKind::kWgmma128x256;
   } else if (rows_per_expert >= 24) {
     want = MoeGemmKind::kWgmma64x256;
   }
@@ -386,7 +474,7 @@ MoeGemmKind PickMoeGemm(const MoeExpertWeights& ew, int64_t n, int64_t top_k) {
 }
 
 Status MoeExpertsWith(const MoeExpertsCall& c, MoeGemmKind kind, const cudaEvent_t* phase_events,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, const MoeExpertsOptions& options) {
   const MoeExpertWeights& ew = c.weights;
   const int64_t n = c.n, K = c.top_k, E = ew.num_experts, D = ew.hidden, I = ew.inter;
   // ---- validate ----
@@ -404,6 +492,8 @@ Status MoeExpertsWith(const MoeExpertsCall& c, MoeGemmKind kind, const cudaEvent
                                    std::to_string(L.total) + " (MoeExpertsWorkspaceBytes)");
   if (!Aligned16(c.workspace)) return Status::InvalidArgument("moe.experts: workspace must be 16-byte aligned");
   if (kind == MoeGemmKind::kAuto) kind = PickMoeGemm(ew, n, K);
+  if (internal::MoeGemmIsWs(kind) && (2 * I * E > int64_t(INT32_MAX) || D * E > int64_t(INT32_MAX)))
+    return Status::InvalidArgument("moe.experts: the warp-specialized kernels address at most 2^31 weight rows");
   if (!MoeGemmFits(kind, ew.bf16, D, I))
     return Status::InvalidArgument(std::string("moe.experts: kernel ") + MoeGemmKindName(kind) +
                                    " does not run these sizes / this weight dtype");
@@ -418,22 +508,37 @@ Status MoeExpertsWith(const MoeExpertsCall& c, MoeGemmKind kind, const cudaEvent
   __nv_bfloat16* xb = reinterpret_cast<__nv_bfloat16*>(ws + L.xb);
   void* act = ws + L.act;
   float* y = reinterpret_cast<float*>(ws + L.y);
+  int32_t* col_done = reinterpret_cast<int32_t*>(ws + L.col_done);
   const int block_m = MoeGemmBlockM(kind);
   const size_t e_bytes = 4 * static_cast<size_t>(E);
+  // Small batches: one sort+cast kernel; with the HMMA kernel also the fused combine and PDL.
+  const bool small = options.small_path && L.pairs <= internal::kMoeSmallPairs;
+  const bool fuse_combine = small && internal::MoeGemmIsMma(kind) && D % MoeGemmBlockN(kind) == 0;
+  const bool pdl = small && internal::MoeGemmIsMma(kind) && !phase_events;
 
   // ---- sort (and the x operand cast) ----
-  MoeCountKernel<<<static_cast<unsigned>(L.num_chunks), kChunk, e_bytes, stream>>>(c.idx, L.pairs, E, counts);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  MoeScanKernel<<<1, 1024, 3 * e_bytes, stream>>>(counts, L.num_chunks, E, block_m, offsets, tiles);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  MoeScatterKernel<<<static_cast<unsigned>(L.num_chunks), 32, e_bytes, stream>>>(c.idx, L.pairs, E, counts, offsets,
-                                                                                 row_pair);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  if (ew.bf16) {
-    const int64_t count = n * D;
-    const int64_t blocks = std::min<int64_t>(CeilDiv(count, 256), int64_t(MoeNumSms()) * 16);
-    MoeCastKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(c.x, count, xb);
+  if (small) {
+    SmallSortParams sp{c.idx, static_cast<int>(L.pairs), static_cast<int>(E), block_m, row_pair, tiles, offsets,
+                       fuse_combine ? col_done : nullptr, fuse_combine ? static_cast<int>(D / MoeGemmBlockN(kind)) : 0,
+                       fuse_combine ? c.out : nullptr, n * D, ew.bf16 ? c.x : nullptr, ew.bf16 ? n * D : 0, xb};
+    // Cast blocks: at most one per SM, so all of them are resident before a PDL GEMM takes slots.
+    const int64_t cast_blocks = ew.bf16 ? std::min<int64_t>(CeilDiv(n * D, 4 * kSmall), MoeNumSms()) : 0;
+    MoeSmallSortKernel<<<static_cast<unsigned>(1 + cast_blocks), kSmall, 0, stream>>>(sp);
     GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  } else {
+    MoeCountKernel<<<static_cast<unsigned>(L.num_chunks), kChunk, e_bytes, stream>>>(c.idx, L.pairs, E, counts);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    MoeScanKernel<<<1, 1024, 3 * e_bytes, stream>>>(counts, L.num_chunks, E, block_m, offsets, tiles);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    MoeScatterKernel<<<static_cast<unsigned>(L.num_chunks), 32, e_bytes, stream>>>(c.idx, L.pairs, E, counts,
+                                                                                   offsets, row_pair);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    if (ew.bf16) {
+      const int64_t count = n * D;
+      const int64_t blocks = std::min<int64_t>(CeilDiv(count, 256), int64_t(MoeNumSms()) * 16);
+      MoeCastKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(c.x, count, xb);
+      GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
   }
   if (phase_events) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(phase_events[0], stream));
 
@@ -453,6 +558,8 @@ Status MoeExpertsWith(const MoeExpertsCall& c, MoeGemmKind kind, const cudaEvent
   gp.swiglu_limit = c.swiglu_limit;
   gp.act = act;
   gp.y = y;
+  gp.num_experts = E;
+  gp.pdl = pdl;
   GYRE_CUDA_RETURN_IF_ERROR(LaunchMoeGemm(kind, /*gate_up=*/true, ew.bf16, gp, stream));
   if (phase_events) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(phase_events[1], stream));
   gp.a = act;
@@ -460,10 +567,18 @@ Status MoeExpertsWith(const MoeExpertsCall& c, MoeGemmKind kind, const cudaEvent
   gp.w = ew.down;
   gp.k = I;
   gp.n_out = D;
+  if (fuse_combine) {
+    gp.col_done = col_done;
+    gp.idx = c.idx;
+    gp.wts = c.w;
+    gp.out = c.out;
+    gp.n_tokens = n;
+  }
   GYRE_CUDA_RETURN_IF_ERROR(LaunchMoeGemm(kind, /*gate_up=*/false, ew.bf16, gp, stream));
   if (phase_events) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(phase_events[2], stream));
 
   // ---- combine ----
+  if (fuse_combine) return Status::Ok();
   if (D % 4 == 0 && Aligned16(c.out)) {
     MoeCombineKernel<true><<<static_cast<unsigned>(n), 256, 0, stream>>>(y, c.idx, c.w, static_cast<int>(K),
                                                                          static_cast<int>(E), D, c.out);

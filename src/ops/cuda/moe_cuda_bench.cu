@@ -9,7 +9,8 @@
 // 288, D = 4096, I = 2048, top-8, bf16 weights, random router logits. Writes DIR/moe.json after
 // every section and prints a short table last. Exit code 1 if any self-check fails.
 // --check-only runs the small self-checks alone (for compute-sanitizer); --no-wgmma leaves the
-// wgmma kernels out.
+// wgmma kernels out. Decode batches with P = n·k <= kMoeSmallPairs also time the heuristic kernel
+// on the old path ("+legacy": four sort/cast launches, separate combine, no PDL).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -346,23 +347,25 @@ Result<DeviceCase> Upload(const ExpertsCase& c, cudaStream_t s) {
 }
 
 Result<std::vector<float>> RunCase(DeviceCase& d, const ExpertsCase& c, MoeGemmKind kind, float limit,
-                                   cudaStream_t s) {
+                                   cudaStream_t s, const internal::MoeExpertsOptions& opt = {}) {
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d.out.get(), 0xFF, d.out.bytes(), s));
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d.ws.get(), 0xFF, d.ws.bytes(), s));
   internal::MoeExpertsCall call{d.x.get<float>(), c.n, d.idx.get<int32_t>(), d.w.get<float>(), c.K, d.ew, limit,
                                 d.out.get<float>(), d.ws.get(), d.ws.bytes()};
-  GYRE_RETURN_IF_ERROR(internal::MoeExpertsWith(call, kind, nullptr, s));
+  GYRE_RETURN_IF_ERROR(internal::MoeExpertsWith(call, kind, nullptr, s, opt));
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return ToHost<float>(d.out.get(), c.n * c.D);
 }
 
-const MoeGemmKind kTensorKinds[] = {MoeGemmKind::kMma16x128, MoeGemmKind::kMma64x256, MoeGemmKind::kMma128x256,
-                                    MoeGemmKind::kWgmma64x256, MoeGemmKind::kWgmma128x256};
+const MoeGemmKind kTensorKinds[] = {MoeGemmKind::kMma16x128,     MoeGemmKind::kMma64x256,
+                                    MoeGemmKind::kMma128x256,    MoeGemmKind::kWgmma64x256,
+                                    MoeGemmKind::kWgmma128x256,  MoeGemmKind::kWgmmaWs64x256,
+                                    MoeGemmKind::kWgmmaWs128x256};
 
 // --no-wgmma: leave the wgmma kernels out (a fallback run if they fault and take the context down).
 bool g_no_wgmma = false;
 bool Skipped(MoeGemmKind k) {
-  return g_no_wgmma && (k == MoeGemmKind::kWgmma64x256 || k == MoeGemmKind::kWgmma128x256);
+  return g_no_wgmma && (k == MoeGemmKind::kWgmma64x256 || k == MoeGemmKind::kWgmma128x256 || internal::MoeGemmIsWs(k));
 }
 
 // Every kind that runs the case vs the fp64 reference.
@@ -388,6 +391,25 @@ Status CheckExperts(const ExpertsCase& c, float limit, std::vector<CheckRow>* ro
       row.err = RelL2(*got, ref, &row.num_nan);
     }
     rows->push_back(row);
+    // Small batches run the one-kernel sort (and, HMMA, the fused combine + PDL): also check the
+    // old path with the same kind.
+    if (c.n * c.K <= internal::kMoeSmallPairs && (k == MoeGemmKind::kAuto || k == MoeGemmKind::kMma16x128)) {
+      CheckRow legacy = row;
+      legacy.name += " +legacy";
+      legacy.err = 0;
+      legacy.num_nan = 0;
+      legacy.note = "old path (chunked sort, separate combine)";
+      internal::MoeExpertsOptions opt;
+      opt.small_path = false;
+      auto got_legacy = RunCase(d, c, k, limit, s, opt);
+      if (!got_legacy.ok()) {
+        legacy.err = INFINITY;
+        legacy.note = got_legacy.status().ToString();
+      } else {
+        legacy.err = RelL2(*got_legacy, ref, &legacy.num_nan);
+      }
+      rows->push_back(legacy);
+    }
   }
   return Status::Ok();
 }
@@ -479,11 +501,12 @@ Result<Batch> MakeBatch(const Model& m, int64_t n, int sets, cudaStream_t s) {
   return Result<Batch>(std::move(b));
 }
 
-Status RunBatch(const Model& m, Batch& b, int set, MoeGemmKind kind, const cudaEvent_t* ev, cudaStream_t s) {
+Status RunBatch(const Model& m, Batch& b, int set, MoeGemmKind kind, const cudaEvent_t* ev, cudaStream_t s,
+                const internal::MoeExpertsOptions& opt = {}) {
   internal::MoeExpertsCall c{b.x.get<float>() + set * b.n * m.D, b.n, b.idx.get<int32_t>() + set * b.n * m.K,
                              b.w.get<float>() + set * b.n * m.K, m.K, m.ew, 10.0f, b.out.get<float>(), b.ws.get(),
                              b.ws.bytes()};
-  return internal::MoeExpertsWith(c, kind, ev, s);
+  return internal::MoeExpertsWith(c, kind, ev, s, opt);
 }
 
 // Tensor-core kinds vs the SIMT kernel at the model shape (same bf16 operands; GPU vs GPU).
@@ -504,6 +527,36 @@ Status CheckModelShape(const Model& m, int64_t n, std::vector<CheckRow>* rows, c
     if (!st.ok()) {
       row.err = INFINITY;
       row.note = st.ToString();
+    } else {
+      GYRE_ASSIGN_OR_RETURN(auto got, ToHost<float>(b.out.get(), n * m.D));
+      row.err = RelL2(got, ref, &row.num_nan);
+    }
+    rows->push_back(row);
+  }
+  // The heuristic path captured in a CUDA graph (PDL edges on small batches), replayed twice.
+  {
+    CheckRow row{"experts auto n=" + std::to_string(n) + " model shape, graph replay", 0, 1e-3, 0,
+                 "vs the SIMT kernel on the device"};
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    Status st = ToStatus(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture", __FILE__, __LINE__);
+    if (st.ok()) {
+      const Status run = RunBatch(m, b, 0, MoeGemmKind::kAuto, nullptr, s);
+      (void)(st = ToStatus(cudaStreamEndCapture(s, &graph), "end capture", __FILE__, __LINE__));
+      if (!run.ok()) (void)(st = run);
+    }
+    if (st.ok()) (void)(st = ToStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiate", __FILE__, __LINE__));
+    for (int rep = 0; rep < 2 && st.ok(); ++rep) {
+      (void)(st = ToStatus(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s), "poison", __FILE__, __LINE__));
+      if (st.ok()) (void)(st = ToStatus(cudaGraphLaunch(exec, s), "replay", __FILE__, __LINE__));
+      if (st.ok()) (void)(st = ToStatus(cudaStreamSynchronize(s), "sync", __FILE__, __LINE__));
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (!st.ok()) {
+      row.err = INFINITY;
+      row.note = st.ToString();
+      (void)cudaGetLastError();
     } else {
       GYRE_ASSIGN_OR_RETURN(auto got, ToHost<float>(b.out.get(), n * m.D));
       row.err = RelL2(got, ref, &row.num_nan);
@@ -593,10 +646,19 @@ Result<std::vector<ExpertsRow>> BenchExperts(const Model& m, int64_t n, int sets
   GYRE_ASSIGN_OR_RETURN(Event e4, Event::Create());
   const int reps = quick ? 3 : (n >= 4096 ? 5 : 11);
   const int inner = n >= 4096 ? 1 : std::max(sets, 8);
+  // Each kind on the default path; the heuristic kind of a small batch also on the old path.
+  std::vector<std::pair<MoeGemmKind, bool>> variants;  // (kind, legacy)
   for (MoeGemmKind kind : kinds) {
+    variants.push_back({kind, false});
+    if (kind == picked && n * m.K <= internal::kMoeSmallPairs) variants.push_back({kind, true});
+  }
+  for (auto [kind, legacy] : variants) {
     if (!internal::MoeGemmFits(kind, true, m.D, m.I) || Skipped(kind)) continue;
-    ExpertsRow row{n, MoeGemmKindName(kind), kind == picked, 0, NAN, weight_bytes, 0, 0, 0, 0, NAN, NAN, NAN, NAN, ""};
-    auto step = [&](int i) { return RunBatch(m, b, i % sets, kind, nullptr, s); };
+    internal::MoeExpertsOptions opt;
+    opt.small_path = !legacy;
+    ExpertsRow row{n,   std::string(MoeGemmKindName(kind)) + (legacy ? "+legacy" : ""), kind == picked && !legacy, 0, NAN,
+                   weight_bytes, 0, 0, 0, 0, NAN, NAN, NAN, NAN, ""};
+    auto step = [&](int i) { return RunBatch(m, b, i % sets, kind, nullptr, s, opt); };
     GYRE_RETURN_IF_ERROR(step(0));
     GYRE_ASSIGN_OR_RETURN(row.us, TimeUs(step, reps, inner, s));
     // Phase split: events after the sort, gate_up and down (median of `reps` calls).
@@ -604,7 +666,7 @@ Result<std::vector<ExpertsRow>> BenchExperts(const Model& m, int64_t n, int sets
     const cudaEvent_t ev[3] = {e1.get(), e2.get(), e3.get()};
     for (int r = 0; r < reps; ++r) {
       GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e0.get(), s));
-      GYRE_RETURN_IF_ERROR(RunBatch(m, b, r % sets, kind, ev, s));
+      GYRE_RETURN_IF_ERROR(RunBatch(m, b, r % sets, kind, ev, s, opt));
       GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e4.get(), s));
       GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e4.get()));
       float a = 0, bb = 0, c = 0, d = 0;
@@ -697,12 +759,12 @@ struct Report {
     for (const auto& r : route) std::printf("n=%lld %.2f us  ", static_cast<long long>(r.n), r.us);
     std::printf("\ndecode: us stream | graph, expert weights GB/s, %% of copy %.0f GB/s\n", ceil.copy_gbps);
     for (const auto& r : decode)
-      std::printf("  n=%-5lld %-14s%s %9.1f | %9.1f us  %6.0f GB/s %5.1f%%  (sort %.1f gu %.1f dn %.1f cb %.1f)\n",
+      std::printf("  n=%-5lld %-18s%s %9.1f | %9.1f us  %6.0f GB/s %5.1f%%  (sort %.1f gu %.1f dn %.1f cb %.1f)\n",
                   static_cast<long long>(r.n), r.kind.c_str(), r.heuristic ? "*" : " ", r.us, r.us_graph, r.gbps,
                   r.pct_copy, r.us_sort, r.us_gate_up, r.us_down, r.us_combine);
     std::printf("prefill: ms, TFLOP/s, %% of cuBLASLt bf16 %.0f TFLOP/s\n", ceil.bf16_tflops);
     for (const auto& r : prefill)
-      std::printf("  n=%-5lld %-14s%s %8.3f ms  %6.1f TFLOP/s %5.1f%%  (sort %.0f gu %.0f dn %.0f cb %.0f us)\n",
+      std::printf("  n=%-5lld %-18s%s %8.3f ms  %6.1f TFLOP/s %5.1f%%  (sort %.0f gu %.0f dn %.0f cb %.0f us)\n",
                   static_cast<long long>(r.n), r.kind.c_str(), r.heuristic ? "*" : " ", r.us / 1000, r.tflops,
                   r.pct_gemm, r.us_sort, r.us_gate_up, r.us_down, r.us_combine);
     std::printf("self-check: %s (%zu checks); wrote %s\n", AllPass() ? "all pass" : "FAILURES", checks.size(),
@@ -761,14 +823,17 @@ Status Run(Report& rep) {
   // ---- the model shape: cross-check, routing, decode, prefill ----
   GYRE_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, MakeModel(s));
   mark = rep.checks.size();
+  GYRE_RETURN_IF_ERROR(CheckModelShape(*model, 16, &rep.checks, s));
   GYRE_RETURN_IF_ERROR(CheckModelShape(*model, 64, &rep.checks, s));
   GYRE_RETURN_IF_ERROR(CheckModelShape(*model, 700, &rep.checks, s));
   print_new(mark);
   rep.Write();
   GYRE_ASSIGN_OR_RETURN(rep.route, BenchRoute(*model, s, rep.quick));
   rep.Write();
-  const std::vector<MoeGemmKind> all = {MoeGemmKind::kMma16x128, MoeGemmKind::kMma64x256, MoeGemmKind::kMma128x256,
-                                        MoeGemmKind::kWgmma64x256, MoeGemmKind::kWgmma128x256};
+  const std::vector<MoeGemmKind> all = {MoeGemmKind::kMma16x128,     MoeGemmKind::kMma64x256,
+                                        MoeGemmKind::kMma128x256,    MoeGemmKind::kWgmma64x256,
+                                        MoeGemmKind::kWgmma128x256,  MoeGemmKind::kWgmmaWs64x256,
+                                        MoeGemmKind::kWgmmaWs128x256};
   for (int64_t n : {int64_t(1), int64_t(16), int64_t(64), int64_t(256)}) {
     GYRE_ASSIGN_OR_RETURN(auto rows, BenchExperts(*model, n, 8, all, rep.ceil, s, rep.quick));
     rep.decode.insert(rep.decode.end(), rows.begin(), rows.end());

@@ -36,6 +36,18 @@ struct MoeGemmParams {
   float swiglu_limit = 0;               // <= 0: no clamp
   void* act = nullptr;                  // gate_up output [P, I]
   float* y = nullptr;                   // down output [P, D]
+  int64_t num_experts = 0;              // E (the weights' TMA descriptor spans E experts)
+  // Combine fused into the down GEMM (HMMA kinds; col_done null = off): each finished tile bumps
+  // col_done[n-tile]; the tile that completes a column writes out[t, cols] = Σ_j wts[t, j] ·
+  // y[t·top_k + j, cols] for all n_tokens tokens, in slot order, skipping idx outside [0, E).
+  int32_t* col_done = nullptr;          // [n_out / feat] counters, zeroed before the launch
+  const int32_t* idx = nullptr;         // [n_tokens, top_k]
+  const float* wts = nullptr;           // [n_tokens, top_k]
+  float* out = nullptr;                 // [n_tokens, n_out]
+  int64_t n_tokens = 0;
+  // Launched with programmatic stream serialization (HMMA kinds): gate_up waits for the sort grid
+  // before its first read; down loads its first weight stages, then waits for gate_up.
+  bool pdl = false;
 };
 
 // Rows per m-tile and output features per n-tile (gate_up tiles hold half gate, half up rows).
@@ -48,8 +60,16 @@ bool MoeGemmFits(MoeGemmKind kind, bool bf16, int64_t hidden, int64_t inter);
 // Enqueues one grouped GEMM (gate_up when `gate_up`, else down). Returns the launch error.
 // REQUIRES: MoeGemmFits(kind, ...); kind != kAuto.
 cudaError_t LaunchMoeGemm(MoeGemmKind kind, bool gate_up, bool bf16, const MoeGemmParams& p, cudaStream_t stream);
-// The wgmma kinds (sm90_moe_wgmma.cu).
+// The wgmma kinds, plain and warp-specialized (sm90_moe_wgmma.cu).
 cudaError_t LaunchMoeWgmma(MoeGemmKind kind, bool gate_up, const MoeGemmParams& p, cudaStream_t stream);
+
+// True for the kinds that run the fused combine and PDL launches (the mma.sync kernel).
+inline bool MoeGemmIsMma(MoeGemmKind k) {
+  return k == MoeGemmKind::kMma16x128 || k == MoeGemmKind::kMma64x256 || k == MoeGemmKind::kMma128x256;
+}
+inline bool MoeGemmIsWs(MoeGemmKind k) {
+  return k == MoeGemmKind::kWgmmaWs64x256 || k == MoeGemmKind::kWgmmaWs128x256;
+}
 
 // Multiprocessor count of the current device (queried once).
 int MoeNumSms();
@@ -73,10 +93,19 @@ struct MoeExpertsCall {
   size_t workspace_bytes = 0;
 };
 
+// Paths MoeExperts may take besides the GEMM kind (the bench turns them off to measure the old path).
+struct MoeExpertsOptions {
+  // P = n·top_k <= kMoeSmallPairs: one kernel sorts the pairs and casts x (instead of count, scan,
+  // scatter, cast); with an HMMA kind the combine runs in the down GEMM's last tile per column and
+  // both GEMMs are launched with programmatic dependent launch (not while phase events are recorded).
+  bool small_path = true;
+};
+
 // MoeExperts with a chosen kernel (kAuto = the heuristic). `phase_events` (null = none) are
-// recorded after the sort and x cast [0], after gate_up [1] and after down [2]. Returns
-// InvalidArgument if `kind` does not fit the sizes or dtype.
+// recorded after the sort and x cast [0], after gate_up [1] and after down [2] (with the fused
+// combine, [2] is after the combine). Returns InvalidArgument if `kind` does not fit the sizes or
+// dtype.
 Status MoeExpertsWith(const MoeExpertsCall& c, MoeGemmKind kind, const cudaEvent_t* phase_events,
-                      cudaStream_t stream);
+                      cudaStream_t stream, const MoeExpertsOptions& options = {});
 
 }  // namespace gyre::cuda::internal

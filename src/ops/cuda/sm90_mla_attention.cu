@@ -1,8 +1,22 @@
 // Device code of absorbed MLA attention (docs/model-glm5-next.md §5.1): the per-head absorption
 // GEMMs, the split-key attention over the latent cache, and the combine of key splits.
 //
-// Sections: helpers; head-batched GEMM (q_lat = W_UKᵀ q_nope, out = W_UV o_lat); attention;
-// combine; launchers. All math is fp32 FFMA with fp32 accumulation.
+// Two numerics (docs/cuda.md "MLA / DSA kernels"):
+//   fp32 path  fp32 FFMA, fp32 accumulation; bf16 kv_b is widened exactly. Kernels: head_gemm
+//              (tiles) or skinny_* (few tokens), mla_attn_kernel.
+//   bf16 path  (bf16 kv_b only) tensor cores with bf16 operands and fp32 accumulation. What is
+//              rounded to bf16 (round-to-nearest-even), and nothing else:
+//                q_nope (GEMM1 A), q_lat and q_rope (the score operand Q), the cache rows
+//                [latent | k_rot] as they are loaded (C), the softmax weights p (P of O = P·C),
+//                o_lat (GEMM2 A).
+//              Scores, the running max m, the sum l (of the unrounded fp32 p), the rescale
+//              factors, O and every output stay fp32. Kernels: tc_head_gemm (tiles) or skinny_*
+//              with round_a (few tokens; the same function up to summation order),
+//              mla_attn_tc_kernel.
+//
+// Sections: helpers; FFMA head GEMM; skinny head GEMMs; tensor-core head GEMM; FFMA attention;
+// tensor-core attention; combine; launchers.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,7 +30,7 @@ constexpr unsigned kFull = 0xffffffffu;
 
 // ---- helpers -------------------------------------------------------------------------------------
 
-__device__ __forceinline__ void CpAsync16(float* dst, const float* src, int src_bytes) {
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, int src_bytes) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
@@ -27,6 +41,77 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 
 __device__ __forceinline__ float Bf16ToFloat(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ __forceinline__ float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// Two floats rounded to bf16 and packed, `lo` in the low half (the lower column of an mma fragment).
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `row_bytes`-byte rows (a multiple of
+// 128) whose chunks are XOR-swizzled by row % 8: the 8 rows an ldmatrix phase reads at one logical
+// chunk land in 8 distinct bank groups.
+__device__ __forceinline__ uint32_t Swz(int row, int row_bytes, int chunk) {
+  return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+}
+__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// d += a · b, m16n8k16, bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void Mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Named barriers (ids 1..15; 0 is __syncthreads): `n` threads take part, a multiple of 32.
+__device__ __forceinline__ void BarSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void BarArrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// Eight consecutive B values (bf16 or fp32) kept raw in registers until used; v[j] is exact fp32.
+template <bool kBf16>
+struct Raw8;
+template <>
+struct Raw8<true> {
+  uint4 v;
+  __device__ __forceinline__ void Load(const void* base, int64_t off) {
+    v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + off));
+  }
+  __device__ __forceinline__ void Zero() { v = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ float operator[](int j) const {
+    const uint32_t w = j < 2 ? v.x : j < 4 ? v.y : j < 6 ? v.z : v.w;
+    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+};
+template <>
+struct Raw8<false> {
+  float4 lo, hi;
+  __device__ __forceinline__ void Load(const void* base, int64_t off) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + off);
+    lo = __ldg(p);
+    hi = __ldg(p + 1);
+  }
+  __device__ __forceinline__ void Zero() { lo = hi = make_float4(0, 0, 0, 0); }
+  __device__ __forceinline__ float operator[](int j) const {
+    const float4& q = j < 4 ? lo : hi;
+    const int e = j & 3;
+    return e == 0 ? q.x : e == 1 ? q.y : e == 2 ? q.z : q.w;
+  }
+};
 
 // Loads 8 consecutive elements of B (fp32 or bf16) as fp32.
 template <bool kBf16>
@@ -116,6 +201,296 @@ __global__ void __launch_bounds__(kHgThreads) head_gemm_kernel(const __grid_cons
       *reinterpret_cast<float4*>(C + static_cast<int64_t>(m) * a.ldc + n) =
           make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
   }
+}
+
+// ---- skinny head GEMMs (M <= kSkMaxTokens) -------------------------------------------------------
+
+// Few tokens make the absorptions weight-streaming: every block loads all of its weight slice (16-byte
+// loads, 8 per thread, issued before any FMA, ~32 KB per block) so that the whole kv_b is in flight
+// across the GPU at once, and reduces in a fixed order (deterministic). The tokens are processed in
+// groups of kMT, A staged in shared memory (rounded to bf16 when a.round_a).
+
+// Stages A rows m0 .. m0 + kMT − 1 (zeros past M) into As [kMT][k].
+template <int kMT>
+__device__ __forceinline__ void SkinnyStageA(const HeadGemmArgs& a, const float* A, int m0, float* As) {
+  for (int e = threadIdx.x; e < kMT * a.k; e += kSkThreads) {
+    const int t = e / a.k, k = e - t * a.k;
+    const float v = m0 + t < a.m ? A[static_cast<int64_t>(m0 + t) * a.lda + k] : 0.0f;
+    As[e] = a.round_a ? RoundBf16(v) : v;
+  }
+}
+
+// B stored [k][n] (W_UK). Grid (ceil(N / kSkKnCols), heads), kSkThreads threads: thread (kg = tid / 8,
+// cg = tid % 8) owns columns n0 + 8cg .. + 8 and the rows k ≡ kg (mod 32). Partial sums over the 32
+// row classes: shuffles across the 4 classes of a warp, then the 8 warps through shared memory.
+template <int kMT, bool kBf16>
+__global__ void __launch_bounds__(kSkThreads) skinny_kn_kernel(const __grid_constant__ HeadGemmArgs a) {
+  extern __shared__ float4 sk_smem4[];
+  float* const As = reinterpret_cast<float*>(sk_smem4);  // [kMT][k]
+  float* const red = As + kMT * a.k;                      // [warps][kMT][kSkKnCols]
+  static_assert(kSkThreads == 256 && kSkKnCols == 64, "thread map below");
+  const int h = blockIdx.y, n0 = blockIdx.x * kSkKnCols;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, cg = tid & 7, kg = tid >> 3;
+  const int n = n0 + 8 * cg;
+  const bool col_ok = n < a.n;
+  const float* A = a.a + h * a.a_head;
+  const int64_t b_off = h * a.b_head + n;
+  float* C = a.c + h * a.c_head;
+  for (int m0 = 0; m0 < a.m; m0 += kMT) {
+    __syncthreads();  // the previous group is done with As and red
+    SkinnyStageA<kMT>(a, A, m0, As);
+    __syncthreads();
+    float acc[kMT][8];
+#pragma unroll
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[t][j] = 0.0f;
+    for (int k0 = kg; k0 < a.k; k0 += 32 * 8) {
+      Raw8<kBf16> w[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int k = k0 + 32 * u;
+        if (col_ok && k < a.k) w[u].Load(a.b, b_off + static_cast<int64_t>(k) * a.ldb);
+        else w[u].Zero();
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int k = k0 + 32 * u;
+        if (k >= a.k) break;
+#pragma unroll
+        for (int t = 0; t < kMT; ++t) {
+          const float av = As[t * a.k + k];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[t][j] = fmaf(av, w[u][j], acc[t][j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float v = acc[t][j];
+        v += __shfl_xor_sync(kFull, v, 8);
+        v += __shfl_xor_sync(kFull, v, 16);
+        acc[t][j] = v;
+      }
+    if (lane < 8) {  // cg == lane
+#pragma unroll
+      for (int t = 0; t < kMT; ++t)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) red[(warp * kMT + t) * kSkKnCols + 8 * cg + j] = acc[t][j];
+    }
+    __syncthreads();
+    for (int e = tid; e < kMT * kSkKnCols; e += kSkThreads) {
+      const int t = e / kSkKnCols, c = e - t * kSkKnCols;
+      if (m0 + t >= a.m || n0 + c >= a.n) continue;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w8 = 0; w8 < kSkThreads / 32; ++w8) sum += red[(w8 * kMT + t) * kSkKnCols + c];
+      C[static_cast<int64_t>(m0 + t) * a.ldc + n0 + c] = sum;
+    }
+  }
+}
+
+// B stored [n][k] (W_UV). Grid (ceil(N / kSkNkRows), heads), kSkThreads threads: warp w owns the
+// output columns (weight rows) nr0 .. nr0 + 3, lane l the k values 8l + 256j; each dot product is
+// reduced across the warp by shuffles.
+template <int kMT, bool kBf16>
+__global__ void __launch_bounds__(kSkThreads) skinny_nk_kernel(const __grid_constant__ HeadGemmArgs a) {
+  extern __shared__ float4 sk_smem4[];
+  float* const As = reinterpret_cast<float*>(sk_smem4);  // [kMT][k]
+  static_assert(kSkThreads / 32 * 4 == kSkNkRows, "4 rows per warp");
+  const int h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nr0 = blockIdx.x * kSkNkRows + 4 * warp;
+  const float* A = a.a + h * a.a_head;
+  const int64_t b_off = h * a.b_head;
+  float* C = a.c + h * a.c_head;
+  for (int m0 = 0; m0 < a.m; m0 += kMT) {
+    __syncthreads();
+    SkinnyStageA<kMT>(a, A, m0, As);
+    __syncthreads();
+    float acc[kMT][4];
+#pragma unroll
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[t][r] = 0.0f;
+    for (int k0 = 8 * lane; k0 < a.k; k0 += 2 * 256) {
+      Raw8<kBf16> w[4][2];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int nn = nr0 + r, k = k0 + 256 * j;
+          if (nn < a.n && k < a.k) w[r][j].Load(a.b, b_off + static_cast<int64_t>(nn) * a.ldb + k);
+          else w[r][j].Zero();
+        }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int k = k0 + 256 * j;
+        if (k >= a.k) break;
+#pragma unroll
+        for (int t = 0; t < kMT; ++t) {
+          const float4 x0 = *reinterpret_cast<const float4*>(As + t * a.k + k);
+          const float4 x1 = *reinterpret_cast<const float4*>(As + t * a.k + k + 4);
+          const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            float sum = acc[t][r];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) sum = fmaf(xv[e], w[r][j][e], sum);
+            acc[t][r] = sum;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[t][r] += __shfl_xor_sync(kFull, acc[t][r], off);
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < kMT; ++t)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          if (m0 + t < a.m && nr0 + r < a.n) C[static_cast<int64_t>(m0 + t) * a.ldc + nr0 + r] = acc[t][r];
+    }
+  }
+}
+
+// ---- tensor-core head GEMM (bf16 path, M > kSkMaxTokens) -----------------------------------------
+
+// C_h = bf16(A_h) · B_h with fp32 accumulation. Grid (N tiles, M tiles, heads), kTgThreads = 8 warps
+// as 2 (M) × 4 (N), warp tile 64 × 32 (4 × 4 mma.m16n8k16 per k16 step). K in stages of kTgBK, two
+// stages: B by cp.async (zero-filled past N and K), A through registers (loaded one stage ahead,
+// rounded and stored once its stage is free). Stage tiles, 16-byte chunks swizzled by row % 8:
+//   A [128 m][64 k] (128-byte rows);  B [64 k][128 n] (W_UK, read with ldmatrix.trans) or
+//   [128 n][64 k] (kNK: W_UV).
+template <bool kNK>
+__global__ void __launch_bounds__(kTgThreads) tc_head_gemm_kernel(const __grid_constant__ HeadGemmArgs a) {
+  extern __shared__ float4 tg_smem4[];
+  static_assert(kTgBM == 128 && kTgBN == 128 && kTgBK == 64 && kTgThreads == 256, "thread map below");
+  constexpr int kStage = kTgBM * kTgBK * 2;  // bytes of one A or B stage
+  char* const As = reinterpret_cast<char*>(tg_smem4);
+  char* const Bs = As + 2 * kStage;
+  const int h = blockIdx.z, m0 = blockIdx.y * kTgBM, n0 = blockIdx.x * kTgBN;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+  const float* A = a.a + h * a.a_head;
+  const uint16_t* B = static_cast<const uint16_t*>(a.b) + h * a.b_head;
+  const int nk = (a.k + kTgBK - 1) / kTgBK;
+
+  float4 ra[8];
+  auto load_a = [&](int kt) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int idx = tid + kTgThreads * u, r = idx >> 4, c4 = idx & 15;
+      const int m = m0 + r, k = kt * kTgBK + 4 * c4;
+      ra[u] = make_float4(0, 0, 0, 0);
+      if (m < a.m && k < a.k) ra[u] = __ldg(reinterpret_cast<const float4*>(A + static_cast<int64_t>(m) * a.lda + k));
+    }
+  };
+  auto store_a = [&](int st) {
+    char* dst = As + st * kStage;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int idx = tid + kTgThreads * u, r = idx >> 4, c4 = idx & 15;
+      *reinterpret_cast<uint2*>(dst + Swz(r, 128, c4 >> 1) + ((c4 & 1) << 3)) =
+          make_uint2(PackBf16(ra[u].x, ra[u].y), PackBf16(ra[u].z, ra[u].w));
+    }
+  };
+  auto issue_b = [&](int kt, int st) {
+    char* dst = Bs + st * kStage;
+    const int k0 = kt * kTgBK;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = tid + kTgThreads * u;
+      const uint16_t* src = B;
+      uint32_t off;
+      bool ok;
+      if constexpr (kNK) {
+        const int row = idx >> 3, ch = idx & 7, nn = n0 + row, k = k0 + 8 * ch;
+        ok = nn < a.n && k < a.k;
+        if (ok) src = B + static_cast<int64_t>(nn) * a.ldb + k;
+        off = Swz(row, 128, ch);
+      } else {
+        const int row = idx >> 4, ch = idx & 15, k = k0 + row, nn = n0 + 8 * ch;
+        ok = k < a.k && nn < a.n;
+        if (ok) src = B + static_cast<int64_t>(k) * a.ldb + nn;
+        off = Swz(row, 256, ch);
+      }
+      CpAsync16(dst + off, src, ok ? 16 : 0);
+    }
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
+
+  load_a(0);
+  issue_b(0, 0);
+  CpAsyncCommit();
+  store_a(0);
+  for (int kt = 0; kt < nk; ++kt) {
+    const int st = kt & 1;
+    if (kt + 1 < nk) {
+      issue_b(kt + 1, st ^ 1);
+      load_a(kt + 1);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const uint32_t as = SmemAddr(As + st * kStage), bs = SmemAddr(Bs + st * kStage);
+#pragma unroll
+    for (int s16 = 0; s16 < kTgBK / 16; ++s16) {
+      uint32_t bf[2][4];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        if constexpr (kNK) {
+          const int row = 32 * wn + 16 * p + ((lane >> 4) << 3) + (lane & 7), ch = 2 * s16 + ((lane >> 3) & 1);
+          Ldsm4(bf[p], bs + Swz(row, 128, ch));
+        } else {
+          const int row = 16 * s16 + (((lane >> 3) & 1) << 3) + (lane & 7), ch = 4 * wn + 2 * p + (lane >> 4);
+          Ldsm4T(bf[p], bs + Swz(row, 256, ch));
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        uint32_t af[4];
+        const int row = 64 * wm + 16 * mi + (lane & 15), ch = 2 * s16 + (lane >> 4);
+        Ldsm4(af, as + Swz(row, 128, ch));
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          Mma16816(acc[mi][2 * p], af, bf[p][0], bf[p][1]);
+          Mma16816(acc[mi][2 * p + 1], af, bf[p][2], bf[p][3]);
+        }
+      }
+    }
+    __syncthreads();
+    if (kt + 1 < nk) store_a(st ^ 1);
+  }
+  CpAsyncWait<0>();
+
+  float* C = a.c + h * a.c_head;
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj) {
+      const int col = n0 + 32 * wn + 8 * nj + 2 * t4;
+      if (col >= a.n) continue;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = m0 + 64 * wm + 16 * mi + g + 8 * hf;
+        if (row < a.m)
+          *reinterpret_cast<float2*>(C + static_cast<int64_t>(row) * a.ldc + col) =
+              make_float2(acc[mi][nj][2 * hf], acc[mi][nj][2 * hf + 1]);
+      }
+    }
 }
 
 // ---- attention -----------------------------------------------------------------------------------
@@ -368,29 +743,311 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attn_kernel(const __grid_c
   }
 }
 
+// ---- tensor-core attention (bf16 path) -----------------------------------------------------------
+
+// Grid (key splits, tokens, head groups of kTcHeads), kTcThreads threads, one block per SM (up to
+// 226 KB of shared memory at qk_pad = 576). Roles:
+//   producers (warps 16-19)  the physical rows of the next chunk (one chunk ahead), then per chunk:
+//             fp32 [latent | k_rot] rows (zeros for keys past the end and columns past qk) →
+//             bf16 → Cs[buf]; 16 float4 loads per lane in flight (32 KB per block).
+//   consumers (warps 0-15)    Q = bf16([q_lat | q_rope]) once; per chunk of 64 keys:
+//             S      warp (mt = w % 4, kq = w / 4): heads 16mt.., keys 16kq.. (2 mma n-tiles over
+//                    qk_pad / 16 k-steps); scaled to log2 units, masked past the split's end
+//             max    quad shuffles, then the 4 key quarters through `red`
+//             P      exp2(s − m_new) fp32: its sum goes to l, bf16(p) to Ps (64 × 64)
+//             O      warp (mt, cq = w / 4): heads 16mt.., columns 128cq.. (16 n-tiles, registers),
+//                    O = α·O + P·C[:, :R] over the valid 16-key steps
+// Buffers: C double-buffered; named barriers (ids) 1 consumers, 2 producers, 3 + b "C[b] full"
+// (producers arrive, consumers wait), 5 + b "C[b] empty" (consumers arrive after their last use,
+// producers wait before refilling it). Epilogue: o_lat = O / l (one split) or O, (m, l) per split.
+__global__ void __launch_bounds__(kTcThreads, 1) mla_attn_tc_kernel(const __grid_constant__ MlaAttnArgs a) {
+  extern __shared__ float4 tc_smem4[];
+  constexpr int kConsumers = 32 * kTcConsumerWarps, kProducers = 32 * kTcProducerWarps;
+  constexpr int kBarCons = 1, kBarProd = 2, kBarFull = 3, kBarEmpty = 5;
+  static_assert(kTcHeads == 64 && kTcKeys == 64 && kTcConsumerWarps == 16 && kTcProducerWarps == 4,
+                "thread maps below");
+  const int qp = a.qk_pad, rb = 2 * qp;  // row bytes of the Q and C tiles
+  char* const Qs = reinterpret_cast<char*>(tc_smem4);         // [64 heads][qp] bf16
+  char* const Cs = Qs + kTcHeads * rb;                         // [2][64 keys][qp] bf16
+  char* const Ps = Cs + 2 * kTcKeys * rb;                      // [64 heads][64 keys] bf16
+  float* const red = reinterpret_cast<float*>(Ps + kTcHeads * kTcKeys * 2);  // [4 quarters][64 heads]
+  int64_t* const prow = reinterpret_cast<int64_t*>(red + 4 * kTcHeads);     // [2][64] cache rows
+
+  const int split = blockIdx.x, i = blockIdx.y, h0 = blockIdx.z * kTcHeads;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int H = a.heads, R = a.latent_dim, qk = R + a.rope;
+  const int seq = a.rows.tok_seq[i];
+  int64_t n = 0;
+  if (seq >= 0) n = a.sel ? a.sel_count[i] : static_cast<int64_t>(a.rows.tok_pos[i]) + 1;
+  const int64_t kbeg = static_cast<int64_t>(split) * a.keys_per_split;
+  const int64_t kend = n < kbeg + a.keys_per_split ? n : kbeg + a.keys_per_split;
+
+  if (kbeg >= kend) {  // no keys here (padding token, short context or empty selection)
+    if (a.num_splits == 1) {
+      for (int e = tid; e < kTcHeads * R; e += kTcThreads) {
+        const int h = e / R;
+        if (h0 + h < H) a.o_lat[(static_cast<int64_t>(i) * H + h0 + h) * R + (e - h * R)] = 0.0f;
+      }
+    } else if (tid < kTcHeads && h0 + tid < H) {
+      float* ml = a.ml_part + ((static_cast<int64_t>(split) * a.num_tokens + i) * H + h0 + tid) * 2;
+      ml[0] = -INFINITY;
+      ml[1] = 0.0f;
+    }
+    return;
+  }
+  const int nchunks = static_cast<int>((kend - kbeg + kTcKeys - 1) / kTcKeys);
+
+  // ---- producers ----
+  if (warp >= kTcConsumerWarps) {
+    const int pw = warp - kTcConsumerWarps, ptid = tid - kConsumers;
+    const int upk = qp / 4, rq = R / 4, qk4 = qk / 4;  // float4 units: padded row, latent, real row
+    const int32_t* sel_i = a.sel ? a.sel + static_cast<int64_t>(i) * a.sel_cap : nullptr;
+    auto key_pos = [&](int64_t j) -> int32_t { return sel_i ? sel_i[j] : static_cast<int32_t>(j); };
+    static_assert(kProducers >= kTcKeys, "one producer thread per key of a chunk finds its row");
+    if (ptid < kTcKeys) {
+      const int64_t j = kbeg + ptid;
+      prow[ptid] = j < kend ? a.rows.Row(seq, key_pos(j)) : -1;
+    }
+    BarSync(kBarProd, kProducers);
+    // Warp pw fills keys pw + 4·kl (kl < 16), walked as the flat unit list kl·upk + c4, lane l taking
+    // units l, l + 32, ... in steps of 16 (all 16 loads of a step in flight).
+    constexpr int kKeysPerWarp = kTcKeys / kTcProducerWarps, kSlots = 16;
+    const int total = kKeysPerWarp * upk;
+    for (int c = 0; c < nchunks; ++c) {
+      const int b = c & 1;
+      if (c >= 2) BarSync(kBarEmpty + b, kTcThreads);
+      // The next chunk's selection entry now; its page-table lookup after this chunk's loads.
+      const int64_t jn = kbeg + static_cast<int64_t>(c + 1) * kTcKeys + ptid;
+      const bool has_next = ptid < kTcKeys && c + 1 < nchunks && jn < kend;
+      const int32_t pos_next = has_next ? key_pos(jn) : 0;
+      char* const cb = Cs + b * kTcKeys * rb;
+      const int64_t* rows_b = prow + b * kTcKeys;
+      int kl = 0, c4 = lane;
+      while (c4 >= upk) c4 -= upk, ++kl;
+      for (int f0 = lane; f0 < total; f0 += 32 * kSlots) {
+        float4 v[kSlots];
+        int wk = kl, wc = c4;
+#pragma unroll
+        for (int x = 0; x < kSlots; ++x) {
+          v[x] = make_float4(0, 0, 0, 0);
+          if (f0 + 32 * x < total) {
+            const int64_t row = rows_b[pw + kTcProducerWarps * wk];
+            if (row >= 0 && wc < qk4) {
+              const float* src = wc < rq ? a.latent + row * R + 4 * wc : a.krot + row * a.rope + 4 * (wc - rq);
+              v[x] = __ldg(reinterpret_cast<const float4*>(src));
+            }
+          }
+          wc += 32;
+          while (wc >= upk) wc -= upk, ++wk;
+        }
+#pragma unroll
+        for (int x = 0; x < kSlots; ++x) {
+          if (f0 + 32 * x < total) {
+            const int key = pw + kTcProducerWarps * kl;
+            *reinterpret_cast<uint2*>(cb + Swz(key, rb, c4 >> 1) + ((c4 & 1) << 3)) =
+                make_uint2(PackBf16(v[x].x, v[x].y), PackBf16(v[x].z, v[x].w));
+          }
+          c4 += 32;
+          while (c4 >= upk) c4 -= upk, ++kl;
+        }
+      }
+      BarArrive(kBarFull + b, kTcThreads);
+      if (c + 1 < nchunks) {
+        if (ptid < kTcKeys) prow[(b ^ 1) * kTcKeys + ptid] = has_next ? a.rows.Row(seq, pos_next) : -1;
+        BarSync(kBarProd, kProducers);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: Q ----
+  for (int e = tid; e < kTcHeads * (qp / 4); e += kConsumers) {
+    const int h = e / (qp / 4), c4 = e - h * (qp / 4), hh = h0 + h, col = 4 * c4;
+    float4 v = make_float4(0, 0, 0, 0);
+    if (hh < H) {
+      if (col < R) v = __ldg(reinterpret_cast<const float4*>(a.q_lat + (static_cast<int64_t>(i) * H + hh) * R + col));
+      else if (col < qk)
+        v = __ldg(reinterpret_cast<const float4*>(a.q + (static_cast<int64_t>(i) * H + hh) * a.qd + a.nope + (col - R)));
+    }
+    *reinterpret_cast<uint2*>(Qs + Swz(h, rb, c4 >> 1) + ((c4 & 1) << 3)) =
+        make_uint2(PackBf16(v.x, v.y), PackBf16(v.z, v.w));
+  }
+  BarSync(kBarCons, kConsumers);
+
+  const int mt = warp & 3, kq = warp >> 2, g = lane >> 2, t4 = lane & 3;
+  const float sl2 = a.scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
+  const uint32_t qs_addr = SmemAddr(Qs), ps_addr = SmemAddr(Ps);
+  float o[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // rows g, g + 8 of the m-tile
+
+  for (int c = 0; c < nchunks; ++c) {
+    const int b = c & 1;
+    const int nvalid = static_cast<int>(min(static_cast<int64_t>(kTcKeys), kend - kbeg - static_cast<int64_t>(c) * kTcKeys));
+    BarSync(kBarFull + b, kTcThreads);
+    const uint32_t cb_addr = SmemAddr(Cs + b * kTcKeys * rb);
+
+    // ---- S = Q · Cᵀ for heads 16mt.., keys 16kq.. ----
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+    if (16 * kq < nvalid) {
+      const int arow = 16 * mt + (lane & 15), brow = 16 * kq + ((lane >> 4) << 3) + (lane & 7);
+#pragma unroll 1  // NOTE: unrolling spills at the 96-register budget (o alone is 64)
+      for (int t = 0; t < qp / 16; ++t) {
+        uint32_t af[4], bf[4];
+        Ldsm4(af, qs_addr + Swz(arow, rb, 2 * t + (lane >> 4)));
+        Ldsm4(bf, cb_addr + Swz(brow, rb, 2 * t + ((lane >> 3) & 1)));
+        Mma16816(s[0], af, bf[0], bf[1]);
+        Mma16816(s[1], af, bf[2], bf[3]);
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = 16 * kq + 8 * nt + 2 * t4 + (e & 1);
+        const float v = key < nvalid ? s[nt][e] * sl2 : -INFINITY;
+        s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFull, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFull, mx[r], 2));
+    }
+    if (t4 == 0) {
+      red[kq * kTcHeads + 16 * mt + g] = mx[0];
+      red[kq * kTcHeads + 16 * mt + g + 8] = mx[1];
+    }
+    BarSync(kBarCons, kConsumers);
+
+    // ---- online softmax; P = bf16(p) ----
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = 16 * mt + g + 8 * r;
+      const float cm = fmaxf(fmaxf(red[row], red[kTcHeads + row]), fmaxf(red[2 * kTcHeads + row], red[3 * kTcHeads + row]));
+      const float m_new = fmaxf(m_run[r], cm);  // finite: the chunk's first key is valid
+      alpha[r] = exp2f(m_run[r] - m_new);
+      m_run[r] = m_new;
+    }
+    float psum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float p0 = exp2f(s[nt][0] - m_run[0]), p1 = exp2f(s[nt][1] - m_run[0]);
+      const float p2 = exp2f(s[nt][2] - m_run[1]), p3 = exp2f(s[nt][3] - m_run[1]);
+      psum[0] += p0 + p1;
+      psum[1] += p2 + p3;
+      const int key = 16 * kq + 8 * nt + 2 * t4, row0 = 16 * mt + g, row1 = row0 + 8;
+      *reinterpret_cast<uint32_t*>(Ps + Swz(row0, 128, key >> 3) + ((key & 7) << 1)) = PackBf16(p0, p1);
+      *reinterpret_cast<uint32_t*>(Ps + Swz(row1, 128, key >> 3) + ((key & 7) << 1)) = PackBf16(p2, p3);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + psum[r];
+    BarSync(kBarCons, kConsumers);
+
+    // ---- O = α·O + P · C[:, 128cq .. 128cq + 127] ----
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+    const int ksteps = (nvalid + 15) / 16;
+    for (int kk = 0; kk < ksteps; ++kk) {
+      uint32_t af[4];
+      Ldsm4(af, ps_addr + Swz(16 * mt + (lane & 15), 128, 2 * kk + (lane >> 4)));
+      const int brow = 16 * kk + (((lane >> 3) & 1) << 3) + (lane & 7);
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        const int col0 = 128 * kq + 16 * np;
+        if (col0 < R) {
+          uint32_t bf[4];
+          Ldsm4T(bf, cb_addr + Swz(brow, rb, (col0 >> 3) + (lane >> 4)));
+          Mma16816(o[2 * np], af, bf[0], bf[1]);
+          Mma16816(o[2 * np + 1], af, bf[2], bf[3]);
+        }
+      }
+    }
+    if (c + 2 < nchunks) BarArrive(kBarEmpty + b, kTcThreads);
+  }
+
+  // ---- epilogue ----
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(kFull, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(kFull, l_run[r], 2);
+  }
+  BarSync(kBarCons, kConsumers);
+  if (t4 == 0) {
+    red[kq * kTcHeads + 16 * mt + g] = l_run[0];
+    red[kq * kTcHeads + 16 * mt + g + 8] = l_run[1];
+  }
+  BarSync(kBarCons, kConsumers);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = 16 * mt + g + 8 * r, hh = h0 + row;
+    if (hh >= H) continue;
+    const float l = (red[row] + red[kTcHeads + row]) + (red[2 * kTcHeads + row] + red[3 * kTcHeads + row]);
+    float* dst;
+    float inv = 1.0f;
+    if (a.num_splits == 1) {
+      inv = l > 0.0f ? 1.0f / l : 0.0f;
+      dst = a.o_lat + (static_cast<int64_t>(i) * H + hh) * R;
+    } else {
+      dst = a.o_part + ((static_cast<int64_t>(split) * a.num_tokens + i) * H + hh) * R;
+      if (kq == 0 && t4 == 0) {
+        float* ml = a.ml_part + ((static_cast<int64_t>(split) * a.num_tokens + i) * H + hh) * 2;
+        ml[0] = m_run[r] * 0.6931471805599453f;  // back to natural-log units for the combine
+        ml[1] = l;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int col = 128 * kq + 8 * j + 2 * t4;
+      if (col < R) *reinterpret_cast<float2*>(dst + col) = make_float2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    }
+  }
+}
+
 // ---- combine -------------------------------------------------------------------------------------
 
 // Grid (tokens, heads), 128 threads: o_lat = Σ_s e^{m_s − M} O_s / Σ_s e^{m_s − M} l_s over the
-// splits that saw keys (l_s > 0); zeros when none did (padding tokens).
+// splits that saw keys (l_s > 0); zeros when none did (padding tokens). Warp 0 computes the split
+// weights (lanes over splits, fixed shuffle trees), then all threads sum the partial outputs.
 __global__ void __launch_bounds__(128) mla_combine_kernel(const __grid_constant__ MlaCombineArgs a) {
   __shared__ float wts[kMlaMaxSplits];
   __shared__ float s_inv;
   const int i = blockIdx.x, h = blockIdx.y, S = a.num_splits, T = a.num_tokens, H = a.heads, R = a.latent_dim;
-  for (int s = threadIdx.x; s < S; s += blockDim.x) {
-    const float* ml = a.ml_part + ((static_cast<int64_t>(s) * T + i) * H + h) * 2;
-    wts[s] = ml[1] > 0.0f ? ml[0] : -INFINITY;  // running max, or -inf for an empty split
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float mx = -INFINITY, den = 0.0f;
-    for (int s = 0; s < S; ++s) mx = fmaxf(mx, wts[s]);
-    for (int s = 0; s < S; ++s) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float mx = -INFINITY;
+    for (int s = lane; s < S; s += 32) {
+      const float* ml = a.ml_part + ((static_cast<int64_t>(s) * T + i) * H + h) * 2;
+      const float m = ml[1] > 0.0f ? ml[0] : -INFINITY;  // running max, or -inf for an empty split
+      wts[s] = m;
+      mx = fmaxf(mx, m);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
+    float den = 0.0f;
+    for (int s = lane; s < S; s += 32) {
       const float l = a.ml_part[((static_cast<int64_t>(s) * T + i) * H + h) * 2 + 1];
       const float w = l > 0.0f ? expf(wts[s] - mx) : 0.0f;
       wts[s] = w;
-      den += w * l;
+      den = fmaf(w, l, den);
     }
-    s_inv = den > 0.0f ? 1.0f / den : 0.0f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) den += __shfl_xor_sync(kFull, den, off);
+    if (lane == 0) s_inv = den > 0.0f ? 1.0f / den : 0.0f;
   }
   __syncthreads();
   float* dst = a.o_lat + (static_cast<int64_t>(i) * H + h) * R;
@@ -422,6 +1079,56 @@ cudaError_t LaunchHeadGemm(const HeadGemmArgs& a, cudaStream_t s) {
     if (a.b_nk) head_gemm_kernel<false, true><<<grid, kHgThreads, 0, s>>>(a);
     else head_gemm_kernel<false, false><<<grid, kHgThreads, 0, s>>>(a);
   }
+  return cudaGetLastError();
+}
+
+template <int kMT, bool kBf16>
+cudaError_t LaunchSkinnyT(const HeadGemmArgs& a, cudaStream_t s) {
+  if (a.b_nk) {
+    static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(skinny_nk_kernel<kMT, kBf16>));
+    if (allowed != cudaSuccess) return allowed;
+    const size_t smem = sizeof(float) * kMT * a.k;
+    skinny_nk_kernel<kMT, kBf16><<<dim3((a.n + kSkNkRows - 1) / kSkNkRows, a.heads), kSkThreads, smem, s>>>(a);
+  } else {
+    static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(skinny_kn_kernel<kMT, kBf16>));
+    if (allowed != cudaSuccess) return allowed;
+    const size_t smem = sizeof(float) * kMT * (a.k + (kSkThreads / 32) * kSkKnCols);
+    skinny_kn_kernel<kMT, kBf16><<<dim3((a.n + kSkKnCols - 1) / kSkKnCols, a.heads), kSkThreads, smem, s>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+template <bool kBf16>
+cudaError_t LaunchSkinnyB(const HeadGemmArgs& a, cudaStream_t s) {
+  if (a.m <= 1) return LaunchSkinnyT<1, kBf16>(a, s);
+  if (a.m <= 4) return LaunchSkinnyT<4, kBf16>(a, s);
+  return LaunchSkinnyT<8, kBf16>(a, s);
+}
+
+cudaError_t LaunchHeadGemmSkinny(const HeadGemmArgs& a, cudaStream_t s) {
+  return a.b_bf16 ? LaunchSkinnyB<true>(a, s) : LaunchSkinnyB<false>(a, s);
+}
+
+cudaError_t LaunchHeadGemmTc(const HeadGemmArgs& a, cudaStream_t s) {
+  const dim3 grid((a.n + kTgBN - 1) / kTgBN, (a.m + kTgBM - 1) / kTgBM, a.heads);
+  const size_t smem = 4 * static_cast<size_t>(kTgBM) * kTgBK * 2;
+  if (a.b_nk) {
+    static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(tc_head_gemm_kernel<true>));
+    if (allowed != cudaSuccess) return allowed;
+    tc_head_gemm_kernel<true><<<grid, kTgThreads, smem, s>>>(a);
+  } else {
+    static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(tc_head_gemm_kernel<false>));
+    if (allowed != cudaSuccess) return allowed;
+    tc_head_gemm_kernel<false><<<grid, kTgThreads, smem, s>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMlaAttentionTc(const MlaAttnArgs& a, int head_groups, cudaStream_t s) {
+  static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(mla_attn_tc_kernel));
+  if (allowed != cudaSuccess) return allowed;
+  const dim3 grid(a.num_splits, a.num_tokens, head_groups);
+  mla_attn_tc_kernel<<<grid, kTcThreads, TcAttnSmemBytes(a.qk_pad), s>>>(a);
   return cudaGetLastError();
 }
 

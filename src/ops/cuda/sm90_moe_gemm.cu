@@ -7,6 +7,11 @@
 // Tile id = m_tile · n_tiles + n_tile: consecutive blocks share the A rows and one expert's
 // weights, which stay in L2 while the expert's m-tiles run.
 //
+// Decode extras of the HMMA kernel (MoeGemmParams): the combine fused into the down GEMM (the last
+// tile of each n-tile column, found with a per-column counter, sums that column for every token),
+// and programmatic dependent launch (griddepcontrol: gate_up waits for the sort grid before its
+// first read; down streams its first weight stages, then waits for gate_up).
+//
 // Sections: device helpers; HMMA kernel; SIMT kernel; launchers.
 #include <cuda_bf16.h>
 
@@ -56,6 +61,11 @@ __device__ __forceinline__ float SwiGluValue(float g, float u, float limit) {
   return g / (1.0f + expf(-g)) * u;
 }
 
+// Programmatic dependent launch: wait for the preceding grid (complete, memory visible); allow the
+// next grid to launch. Both are no-ops without the launch attribute.
+__device__ __forceinline__ void GridDepWait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void GridDepLaunch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
 __device__ __forceinline__ float ToF32(float v) { return v; }
 __device__ __forceinline__ float ToF32(bf16 v) { return __bfloat162float(v); }
 template <typename T>
@@ -77,12 +87,31 @@ __device__ __forceinline__ void FillRowTables(const MoeGemmParams& p, int row0, 
   for (int i = threadIdx.x; i < block_m; i += blockDim.x) {
     int src = -1, dst = -1;
     if (i < rows) {
-      const int pair = p.row_pair[row0 + i];
+      const int pair = __ldcg(p.row_pair + row0 + i);  // L2: may be read before a PDL wait
       src = kGateUp ? pair / p.top_k : row0 + i;
       dst = kGateUp ? row0 + i : pair;
     }
     row_src[i] = src;
     row_dst[i] = dst;
+  }
+}
+
+// The fused combine for output columns [col0, col0 + cols) of every token: the same sum, in the
+// same order, as MoeCombineKernel (moe_cuda.cu). y is read through L2 (other blocks wrote it).
+__device__ void CombineColumns(const MoeGemmParams& p, int64_t col0, int cols) {
+  const int K = p.top_k;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const int64_t col = col0 + c;
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      float acc = 0.f;
+      for (int j = 0; j < K; ++j) {
+        const int e = p.idx[t * K + j];
+        if (e < 0 || e >= p.num_experts) continue;
+        const float wj = p.wts[t * K + j];
+        acc += wj * __ldcg(p.y + (t * K + j) * p.n_out + col);
+      }
+      p.out[t * p.n_out + col] = acc;
+    }
   }
 }
 
@@ -93,6 +122,7 @@ __device__ __forceinline__ void FillRowTables(const MoeGemmParams& p, int row0, 
 template <class Cfg, bool kGateUp>
 __global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeMmaKernel(const __grid_constant__ MoeGemmParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ int last_of_column;
   int32_t* row_src = reinterpret_cast<int32_t*>(smem + Cfg::kNumStages * Cfg::kStageBytes);
   int32_t* row_dst = row_src + Cfg::kBlockM;
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -101,7 +131,16 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeMmaKernel(const __grid
   constexpr int kFeat = kGateUp ? Cfg::kBlockN / 2 : Cfg::kBlockN;  // output features per tile
   const int num_n_tiles = static_cast<int>(p.n_out / kFeat);
   const int num_k_tiles = static_cast<int>(p.k / kMoeBlockK);
-  const int total = *p.num_tiles * num_n_tiles;
+  // NOTE (PDL): gate_up reads only what the sort grid wrote: wait first. A PDL down launch reads the
+  // tile table and row_pair (the sort, two grids back: complete before gate_up passed its own wait
+  // and let down launch) and the weights before waiting; act only after.
+  bool waited = kGateUp || !p.pdl;
+  if (waited) {
+    GridDepWait();
+    GridDepLaunch();
+  }
+  const int num_m_tiles = __ldcg(p.num_tiles);
+  const int total = num_m_tiles * num_n_tiles;
   const bf16* a_base = static_cast<const bf16*>(p.a);
   const bf16* w_base = static_cast<const bf16*>(p.w);
   const int64_t w_expert_stride = (kGateUp ? 2 * p.inter : p.n_out) * p.k;
@@ -112,7 +151,7 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeMmaKernel(const __grid
 
   for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
     const int mt = tile / num_n_tiles, nt = tile - mt * num_n_tiles;
-    const int4 info = p.tiles[mt];
+    const int4 info = __ldcg(p.tiles + mt);
     const int expert = info.x, row0 = info.y, rows = info.z;
 
     // ---- setup: row tables, then this thread's source pointers ----
@@ -133,14 +172,22 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeMmaKernel(const __grid
     const bf16* b_ptr = w_base + int64_t(expert) * w_expert_stride + w_row0 * p.k + c * 8;
     const int64_t b_step = int64_t(kGateUp ? Cfg::kRowsPerPass / 2 : Cfg::kRowsPerPass) * p.k;
 
-    auto load_stage = [&](int kt) {
+    auto load_a = [&](int kt) {
       const uint32_t stage = smem_u32 + (kt % Cfg::kNumStages) * Cfg::kStageBytes;
       const int64_t koff = int64_t(kt) * kMoeBlockK;
 #pragma unroll
       for (int j = 0; j < Cfg::kChunksPerThreadA; ++j)
         CpAsync16(stage + a_dst0 + j * kPassBytes, a_ptr[j] + (a_bytes[j] ? koff : 0), a_bytes[j]);
+    };
+    auto load_b = [&](int kt) {
+      const uint32_t stage = smem_u32 + (kt % Cfg::kNumStages) * Cfg::kStageBytes;
+      const int64_t koff = int64_t(kt) * kMoeBlockK;
 #pragma unroll
       for (int j = 0; j < Cfg::kChunksPerThreadB; ++j) CpAsync16(stage + b_dst0 + j * kPassBytes, b_ptr + j * b_step + koff, 16u);
+    };
+    auto load_stage = [&](int kt) {
+      load_a(kt);
+      load_b(kt);
     };
 
     float acc[Cfg::kMmaM][Cfg::kMmaN][4];
@@ -152,10 +199,24 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeMmaKernel(const __grid
         for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.f;
 
     // ---- producer prologue: kNumStages - 1 stages in flight ----
+    if (!waited) {  // PDL down, first tile: weights before the wait (group 0 = all their B + A(0))
 #pragma unroll
-    for (int s = 0; s < Cfg::kNumStages - 1; ++s) {
-      if (s < num_k_tiles) load_stage(s);
-      CpAsyncCommit();
+      for (int s = 0; s < Cfg::kNumStages - 1; ++s)
+        if (s < num_k_tiles) load_b(s);
+      GridDepWait();
+      GridDepLaunch();
+      waited = true;
+#pragma unroll
+      for (int s = 0; s < Cfg::kNumStages - 1; ++s) {
+        if (s < num_k_tiles) load_a(s);
+        CpAsyncCommit();
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < Cfg::kNumStages - 1; ++s) {
+        if (s < num_k_tiles) load_stage(s);
+        CpAsyncCommit();
+      }
     }
 
     // ---- main loop: wait for stage kt, refill the stage read at kt - 1, compute on kt ----
@@ -207,7 +268,22 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeMmaKernel(const __grid
         }
       }
     }
+
+    // ---- fused combine: the last tile of column nt sums it for every token ----
+    if constexpr (!kGateUp) {
+      if (p.col_done) {
+        __threadfence();  // this thread's y stores, device-wide, before the count
+        __syncthreads();
+        if (tid == 0) last_of_column = atomicAdd(p.col_done + nt, 1) == num_m_tiles - 1;
+        __syncthreads();
+        if (last_of_column) {
+          __threadfence();
+          CombineColumns(p, int64_t(nt) * kFeat, kFeat);
+        }
+      }
+    }
   }
+  if (!waited) GridDepWait();  // a PDL down block without tiles still completes after gate_up
 }
 
 // ---- SIMT kernel ---------------------------------------------------------------------------------
@@ -331,7 +407,22 @@ cudaError_t LaunchMma(const MoeGemmParams& p, cudaStream_t stream) {
   const cudaError_t e = RaiseSmemLimit(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, smem_set);
   if (e != cudaSuccess) return e;
   static const int resident = ResidentBlocks(kernel, Cfg::kNumThreads, Cfg::kSmemBytes);
+  // NOTE: the grid never exceeds the resident blocks, so a PDL launch cannot take SM slots from
+  // blocks of its own primary that are still waiting to run.
   const int64_t grid = GridFor(p, kGateUp ? Cfg::kBlockN / 2 : Cfg::kBlockN, resident);
+  if (p.pdl) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(Cfg::kNumThreads);
+    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, p);
+  }
   kernel<<<static_cast<unsigned>(grid), Cfg::kNumThreads, Cfg::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
@@ -361,6 +452,8 @@ const char* MoeGemmKindName(MoeGemmKind k) {
     case MoeGemmKind::kMma128x256: return "mma_128x256";
     case MoeGemmKind::kWgmma64x256: return "wgmma_64x256";
     case MoeGemmKind::kWgmma128x256: return "wgmma_128x256";
+    case MoeGemmKind::kWgmmaWs64x256: return "wgmma_ws_64x256";
+    case MoeGemmKind::kWgmmaWs128x256: return "wgmma_ws_128x256";
   }
   return "?";
 }
@@ -369,9 +462,11 @@ int MoeGemmBlockM(MoeGemmKind kind) {
   switch (kind) {
     case MoeGemmKind::kMma16x128: return MoeMma16x128::kBlockM;
     case MoeGemmKind::kMma64x256:
-    case MoeGemmKind::kWgmma64x256: return 64;
+    case MoeGemmKind::kWgmma64x256:
+    case MoeGemmKind::kWgmmaWs64x256: return 64;
     case MoeGemmKind::kMma128x256:
-    case MoeGemmKind::kWgmma128x256: return 128;
+    case MoeGemmKind::kWgmma128x256:
+    case MoeGemmKind::kWgmmaWs128x256: return 128;
     default: return kMoeSimtBlockM;
   }
 }
@@ -382,7 +477,9 @@ int MoeGemmBlockN(MoeGemmKind kind) {
     case MoeGemmKind::kMma64x256:
     case MoeGemmKind::kMma128x256:
     case MoeGemmKind::kWgmma64x256:
-    case MoeGemmKind::kWgmma128x256: return 256;
+    case MoeGemmKind::kWgmma128x256:
+    case MoeGemmKind::kWgmmaWs64x256:
+    case MoeGemmKind::kWgmmaWs128x256: return 256;
     default: return 64;
   }
 }
@@ -401,7 +498,9 @@ cudaError_t LaunchMoeGemm(MoeGemmKind kind, bool gate_up, bool bf16_weights, con
     case MoeGemmKind::kMma64x256: return LaunchMmaEither<MoeMma64x256>(gate_up, p, stream);
     case MoeGemmKind::kMma128x256: return LaunchMmaEither<MoeMma128x256>(gate_up, p, stream);
     case MoeGemmKind::kWgmma64x256:
-    case MoeGemmKind::kWgmma128x256: return LaunchMoeWgmma(kind, gate_up, p, stream);
+    case MoeGemmKind::kWgmma128x256:
+    case MoeGemmKind::kWgmmaWs64x256:
+    case MoeGemmKind::kWgmmaWs128x256: return LaunchMoeWgmma(kind, gate_up, p, stream);
     default:
       if (bf16_weights) return gate_up ? LaunchSimt<bf16, true>(p, stream) : LaunchSimt<bf16, false>(p, stream);
       return gate_up ? LaunchSimt<float, true>(p, stream) : LaunchSimt<float, false>(p, stream);

@@ -28,6 +28,8 @@ enum class MoeGemmKind : int {
   kMma128x256 = 4,  // mma.sync, 128 × 256, 8 warps
   kWgmma64x256 = 5,   // wgmma, 64 × 256, 2 warpgroups (n128 each)
   kWgmma128x256 = 6,  // wgmma, 128 × 256, 2 warpgroups (m64 each)
+  kWgmmaWs64x256 = 7,   // warp-specialized wgmma: TMA weights, producer warpgroup, 2 consumers (n128 each)
+  kWgmmaWs128x256 = 8,  // warp-specialized wgmma, 128 × 256 (consumers m64 each; an empty half skips)
 };
 const char* MoeGemmKindName(MoeGemmKind k);
 
@@ -35,6 +37,7 @@ constexpr int kMoeBlockK = 64;       // bf16 per operand row per stage (128 byte
 constexpr int kMoeRowBytes = 128;
 constexpr int kMoeSimtBlockM = 16;   // token rows per SIMT tile (and the finest m-tile of the table)
 constexpr int kMoeSortChunk = 256;   // (token, slot) pairs per counting-sort chunk
+constexpr int kMoeSmallPairs = 256;  // at most this many pairs: the one-kernel sort and the fused combine
 
 // Byte offset of 16-byte chunk `chunk` (0..7) of operand row `row` inside a stage.
 GYRE_MOE_HD constexpr int MoeSwizzle(int row, int chunk) { return row * kMoeRowBytes + ((chunk ^ (row & 7)) << 4); }
@@ -87,5 +90,47 @@ struct MoeMmaConfig {
 using MoeMma16x128 = MoeMmaConfig<16, 128, 1, 4, 5>;    // 90 KB: two blocks per SM
 using MoeMma64x256 = MoeMmaConfig<64, 256, 2, 4, 4>;    // 160 KB
 using MoeMma128x256 = MoeMmaConfig<128, 256, 2, 4, 4>;  // 192 KB
+
+// Warp-specialized wgmma tiles (sm90_moe_wgmma.cu, MoeWgmmaWsKernel): warpgroup 0 produces — one
+// thread issues the TMA loads of the weight tile (kNumBoxes boxes of 64 rows × 128 bytes, 128-byte
+// swizzle), all 128 threads gather the activation rows with cp.async — into a kNumStages ring guarded
+// by full/empty mbarriers; warpgroups 1 and 2 consume with wgmma (128-row tiles: 64 rows × 256
+// columns each; 64-row tiles: 64 rows × 128 columns each).
+//
+// gate_up B tiles hold four boxes [gate f0.., up f0.., gate f0+64.., up f0+64..] of 64 features
+// (MoeWsGateUpBoxRow), so tile column c < 256 with c % 128 < 64 is gate feature
+// f0 + (c / 128)·64 + c % 64 and column c + 64 is its up partner: both in one thread's accumulators
+// (the wgmma column → thread map repeats every 8 columns).
+template <int kBlockM_, int kNumStages_>
+struct MoeWsConfig {
+  static constexpr int kBlockM = kBlockM_, kBlockN = 256, kBlockK = kMoeBlockK, kNumStages = kNumStages_;
+  static constexpr int kProducerThreads = 128, kNumThreads = 384;  // warpgroup 0 produces, 1 and 2 consume
+  static constexpr int kConsumerWarps = 8;
+  static constexpr int kWgRows = 64;
+  static constexpr int kWgCols = kBlockM == 128 ? 256 : 128;  // wgmma N per consumer warpgroup
+  static constexpr int kNumAcc = kWgCols / 2;                 // fp32 accumulators per consumer thread
+  static constexpr int kBoxRows = 64, kNumBoxes = kBlockN / kBoxRows, kBoxBytes = kBoxRows * kMoeRowBytes;
+  static constexpr int kStageBytesA = kBlockM * kMoeRowBytes, kStageBytesB = kBlockN * kMoeRowBytes;
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kBarrierBytes = 2 * kNumStages * 8;                          // full[], empty[]
+  static constexpr int kSmemBytes = 1024 + kNumStages * kStageBytes + kBarrierBytes;  // + alignment slack
+  static constexpr int kRowsPerPassA = kProducerThreads / 8;
+  static constexpr int kChunksPerThreadA = kBlockM / kRowsPerPassA;
+
+  static_assert(kBlockM == 64 || kBlockM == 128, "one or two m64 consumer rows");
+  static_assert(kStageBytesA % 1024 == 0 && kBoxBytes % 1024 == 0, "1024-byte aligned swizzle atoms");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared-memory limit");
+};
+
+using MoeWs64x256 = MoeWsConfig<64, 5>;    // 5 × 40 KB
+using MoeWs128x256 = MoeWsConfig<128, 4>;  // 4 × 48 KB
+
+// Weight row (within expert e's [2I, D] gate_up block) of box `box` of the gate_up B tile whose
+// first feature is f0.
+GYRE_MOE_HD constexpr int64_t MoeWsGateUpBoxRow(int box, int64_t f0, int64_t inter) {
+  return ((box & 1) ? inter : 0) + f0 + (box >> 1) * 64;
+}
+// Feature offset (from f0) of gate column c (c % 128 < 64) of a warp-specialized gate_up tile.
+GYRE_MOE_HD constexpr int MoeWsGateFeature(int c) { return (c >> 7) * 64 + (c & 63); }
 
 }  // namespace gyre::cuda::internal

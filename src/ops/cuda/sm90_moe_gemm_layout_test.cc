@@ -1,8 +1,9 @@
 // Host simulation of the grouped MoE GEMM tiles (sm90_moe_gemm.cu, sm90_moe_wgmma.cu): the cp.async
 // loader's swizzled stores, ldmatrix.x4 + mma.m16n8k16 fragments (HMMA), the wgmma K-major
 // 128-byte-swizzle descriptor addressing and accumulator layout, and both epilogues (the gate/up
-// interleave of gate_up, the pair scatter of down). Plain C++ on small integers, so results are
-// exact: a layout bug shows as a wrong, missing or duplicate output. Runs in the CPU build too.
+// interleave of gate_up, the pair scatter of down), and the warp-specialized kernel's TMA boxes,
+// producer gather and epilogue. Plain C++ on small integers, so results are exact: a layout bug
+// shows as a wrong, missing or duplicate output. Runs in the CPU build too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -96,7 +97,9 @@ void ExpectMatches(const Tile& t, const Problem& p, const Outputs& got) {
       auto it = got.find({p.row_dst[r], f});
       ASSERT_NE(it, got.end()) << "missing r=" << r << " f=" << f;
       EXPECT_EQ(it->second.first, p.Dot(r, f)) << "r=" << r << " f=" << f;
-      if (t.gate_up) EXPECT_EQ(it->second.second, p.Dot(r, p.inter + f)) << "up r=" << r << " f=" << f;
+      if (t.gate_up) {
+        EXPECT_EQ(it->second.second, p.Dot(r, p.inter + f)) << "up r=" << r << " f=" << f;
+      }
     }
   EXPECT_EQ(got.size(), expect);
 }
@@ -250,6 +253,95 @@ TEST(MoeGemmLayout, Wgmma128x256) {
 TEST(MoeGemmLayout, Wgmma64x256) {
   RunWgmma(64, 64, 1, 2, true);
   RunWgmma(64, 33, 1, 2, false);
+}
+
+// ---- warp-specialized wgmma: TMA weight boxes, the producer's gather, the consumers' epilogue ----
+
+// TMA with the 128-byte swizzle writes box row r (box 1024-byte aligned), 16-byte chunk c, at
+// r·128 + ((c ^ r % 8) · 16) = MoeSwizzle(r, c). The producer's 128 threads load A chunk tid % 8 of
+// rows tid / 8 + 16·j, and only rows below the tile's count.
+template <class Cfg>
+void RunWs(int rows, int nt, int k_tiles, bool gate_up) {
+  const Tile t{Cfg::kBlockM, Cfg::kBlockN, rows, nt, k_tiles, gate_up};
+  const Problem p(t);
+  std::vector<float> smem(Cfg::kNumStages * Cfg::kStageBytes / 2, NAN);
+  std::vector<float> acc(2 * 128 * Cfg::kNumAcc, 0.f);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int base = (kt % Cfg::kNumStages) * Cfg::kStageBytes;
+    for (int tid = 0; tid < Cfg::kProducerThreads; ++tid) {
+      const int c = tid & 7;
+      for (int j = 0; j < Cfg::kChunksPerThreadA; ++j) {
+        const int rr = tid / 8 + j * Cfg::kRowsPerPassA;
+        if (rr >= rows) continue;
+        for (int e = 0; e < 8; ++e)
+          smem[(base + MoeSwizzle(rr, c)) / 2 + e] = p.a[p.row_src[rr] * p.K + kt * 64 + c * 8 + e];
+      }
+    }
+    for (int b = 0; b < Cfg::kNumBoxes; ++b) {
+      const int64_t f0 = int64_t(nt) * p.feat;
+      const int64_t wrow = gate_up ? MoeWsGateUpBoxRow(b, f0, p.inter) : f0 + b * Cfg::kBoxRows;
+      for (int r = 0; r < Cfg::kBoxRows; ++r)
+        for (int c = 0; c < 8; ++c)
+          for (int e = 0; e < 8; ++e)
+            smem[(base + Cfg::kStageBytesA + b * Cfg::kBoxBytes + MoeSwizzle(r, c)) / 2 + e] =
+                p.w[(wrow + r) * p.K + kt * 64 + c * 8 + e];
+    }
+    for (int cw = 0; cw < 2; ++cw) {
+      const int wg_row = Cfg::kBlockM == 128 ? 64 * cw : 0, wg_col = Cfg::kBlockM == 128 ? 0 : cw * Cfg::kWgCols;
+      if (wg_row >= rows) continue;  // the kernel skips an empty warpgroup
+      const int sa = base + wg_row * kMoeRowBytes, sb = base + Cfg::kStageBytesA + wg_col * kMoeRowBytes;
+      for (int kk = 0; kk < 4; ++kk)
+        for (int th = 0; th < 128; ++th)
+          for (int i = 0; i < Cfg::kNumAcc; ++i) {
+            const int row = 16 * (th / 32) + (th % 32) / 4 + (i % 4 >= 2 ? 8 : 0);
+            const int col = (i / 4) * 8 + 2 * (th % 4) + (i % 2);
+            if (wg_row + row >= rows) continue;  // rows never loaded: never stored either
+            for (int k = 0; k < 16; ++k)
+              acc[(cw * 128 + th) * Cfg::kNumAcc + i] +=
+                  smem[WgmmaAddr(sa + kk * 32, row, k) / 2] * smem[WgmmaAddr(sb + kk * 32, col, k) / 2];
+          }
+    }
+  }
+  Outputs got;
+  for (int cw = 0; cw < 2; ++cw) {
+    const int wg_row = Cfg::kBlockM == 128 ? 64 * cw : 0, wg_col = Cfg::kBlockM == 128 ? 0 : cw * Cfg::kWgCols;
+    for (int th = 0; th < 128; ++th) {
+      const int warp = th / 32, lane = th % 32;
+      const float* a = &acc[(cw * 128 + th) * Cfg::kNumAcc];
+      for (int h = 0; h < 2; ++h) {
+        const int r = wg_row + 16 * warp + lane / 4 + 8 * h;
+        if (r >= rows) continue;
+        const int64_t dst = p.row_dst[r];
+        for (int j = 0; j < Cfg::kWgCols / 8; ++j)
+          for (int q = 0; q < 2; ++q) {
+            int64_t f;
+            std::pair<float, float> v;
+            if (gate_up) {
+              if ((j & 15) >= 8) continue;
+              f = int64_t(nt) * p.feat + MoeWsGateFeature(wg_col + 8 * j) + 2 * (lane % 4) + q;
+              v = {a[4 * j + 2 * h + q], a[4 * (j + 8) + 2 * h + q]};
+            } else {
+              f = int64_t(nt) * p.feat + wg_col + 8 * j + 2 * (lane % 4) + q;
+              v = {a[4 * j + 2 * h + q], 0.f};
+            }
+            ASSERT_EQ(got.count({dst, f}), 0u) << "duplicate write";
+            got[{dst, f}] = v;
+          }
+      }
+    }
+  }
+  ExpectMatches(t, p, got);
+}
+
+TEST(MoeGemmLayout, WgmmaWs128x256) {
+  RunWs<MoeWs128x256>(100, 1, 2, true);
+  RunWs<MoeWs128x256>(128, 0, 5, false);
+  RunWs<MoeWs128x256>(37, 1, 2, true);  // tail tile: the second consumer skips
+  RunWs<MoeWs128x256>(3, 0, 2, false);
+}
+TEST(MoeGemmLayout, WgmmaWs64x256) {
+  RunWs<MoeWs64x256>(64, 1, 2, true);
+  RunWs<MoeWs64x256>(33, 1, 6, false);
 }
 
 }  // namespace

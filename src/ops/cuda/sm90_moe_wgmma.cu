@@ -14,10 +14,27 @@
 //
 // Warpgroups: 128 × 256 tiles give each of the two warpgroups 64 rows × 256 features (m64n256k16);
 // 64 × 256 tiles give each 64 rows × 128 features (m64n128k16).
+//
+// The warp-specialized kernel (MoeWgmmaWsKernel, sm90_moe_gemm_config.h MoeWsConfig) splits the
+// same tiles into a producer warpgroup and two consumer warpgroups over a ring of full/empty
+// mbarriers, so loads never wait for a block-wide barrier and the next tile's stages fill while the
+// consumers run the epilogue:
+//   producer: wait empty[s] → thread 0: arrive.expect_tx(full[s], B bytes) + TMA boxes of the
+//             weights → all 128 threads: cp.async gather of the A rows (rows past the tile's count
+//             are not loaded: their accumulator rows are never stored) → cp.async.mbarrier.arrive
+//             .noinc(full[s]) (full[s] expects 128 + 1 arrivals)
+//   consumer: wait full[s] → fence.proxy.async (cp.async wrote through the generic proxy) → 4 ×
+//             wgmma, commit → wait until one batch is pending → lane 0 of each warp arrives on
+//             empty[s - 1] (expects 8 arrivals) → after the last k-tile, the epilogue from registers.
+// A consumer warpgroup whose 64 rows are all past the tile's count skips its wgmma and epilogue
+// (the tail m-tile of an expert), but still releases every stage.
+#include <cuda.h>  // CUtensorMap (types only; the encoder comes through the runtime's entry point)
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 
 #include "ops/cuda/moe_kernels.h"
 
@@ -286,6 +303,259 @@ __global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeWgmmaKernel(const __gr
   }
 }
 
+// ---- warp-specialized kernel: TMA + mbarrier helpers ---------------------------------------------
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ bool MbarTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits until the phase of parity `parity` of the barrier completed. NOTE: a protocol bug would hang
+// the device; after ~2^26 polls (seconds) it traps instead, which the launcher reports as an error.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t polls = 0;
+  while (!MbarTryWait(bar, parity))
+    if (++polls == (1u << 26)) __trap();
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed; .noinc: the
+// arrival counts against the barrier's expected count.
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// 2D TMA tile load of box {c0 (inner), c1} of `map` into `dst`, completing bytes on `bar`.
+__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegsDec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegsInc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Kernel parameters: the weights as a 2D bf16 tensor [E · rows per expert, K] (64 × 64 boxes,
+// 128-byte swizzle) and the grouped-GEMM parameters.
+struct MoeWsParams {  // 128-byte aligned (CUtensorMap)
+  CUtensorMap w_map;
+  MoeGemmParams p;
+};
+
+// ---- warp-specialized kernel ---------------------------------------------------------------------
+
+template <class Cfg, bool kGateUp>
+__global__ void __launch_bounds__(Cfg::kNumThreads, 1) MoeWgmmaWsKernel(const __grid_constant__ MoeWsParams ws) {
+  const MoeGemmParams& p = ws.p;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem_u32 = (raw_u32 + 1023u) & ~1023u;
+  const uint32_t full0 = smem_u32 + Cfg::kNumStages * Cfg::kStageBytes;  // full[s] = full0 + 8·s
+  const uint32_t empty0 = full0 + 8 * Cfg::kNumStages;
+  const int tid = threadIdx.x, wg = tid / 128;
+  constexpr int kFeat = kGateUp ? Cfg::kBlockN / 2 : Cfg::kBlockN;
+  const int num_n_tiles = static_cast<int>(p.n_out / kFeat);
+  const int num_k_tiles = static_cast<int>(p.k / kMoeBlockK);
+
+  // ---- barriers ----
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < Cfg::kNumStages; ++s) {
+      MbarInit(full0 + 8 * s, Cfg::kProducerThreads + 1);
+      MbarInit(empty0 + 8 * s, Cfg::kConsumerWarps);
+    }
+    FenceBarrierInit();
+  }
+  __syncthreads();
+  const int total = __ldcg(p.num_tiles) * num_n_tiles;
+
+  if (wg == 0) {
+    // ---- producer warpgroup ----
+    SetMaxRegsDec<56>();
+    const int c = tid & 7, rr0 = tid >> 3;
+    const bf16* a_base = static_cast<const bf16*>(p.a) + c * 8;
+    const int64_t w_rows = kGateUp ? 2 * p.inter : p.n_out;  // weight rows per expert
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+      const int mt = tile / num_n_tiles, nt = tile - mt * num_n_tiles;
+      const int4 info = __ldcg(p.tiles + mt);
+      const int expert = info.x, row0 = info.y, rows = info.z;
+      int src[Cfg::kChunksPerThreadA];  // A row of each of this thread's chunks, -1: not loaded
+#pragma unroll
+      for (int j = 0; j < Cfg::kChunksPerThreadA; ++j) {
+        const int rr = rr0 + j * Cfg::kRowsPerPassA;
+        src[j] = rr < rows ? (kGateUp ? __ldcg(p.row_pair + row0 + rr) / p.top_k : row0 + rr) : -1;
+      }
+      int box_row[Cfg::kNumBoxes];
+#pragma unroll
+      for (int b = 0; b < Cfg::kNumBoxes; ++b) {
+        const int64_t f0 = int64_t(nt) * kFeat;
+        box_row[b] = static_cast<int>(int64_t(expert) * w_rows +
+                                      (kGateUp ? MoeWsGateUpBoxRow(b, f0, p.inter) : f0 + b * Cfg::kBoxRows));
+      }
+      for (int kt = 0; kt < num_k_tiles; ++kt) {
+        MbarWait(empty0 + 8 * stage, phase ^ 1u);
+        const uint32_t sa = smem_u32 + stage * Cfg::kStageBytes, sb = sa + Cfg::kStageBytesA;
+        const uint32_t full = full0 + 8 * stage;
+        if (tid == 0) {
+          MbarArriveExpectTx(full, Cfg::kStageBytesB);
+#pragma unroll
+          for (int b = 0; b < Cfg::kNumBoxes; ++b)
+            TmaLoad2d(sb + b * Cfg::kBoxBytes, &ws.w_map, full, kt * kMoeBlockK, box_row[b]);
+        }
+#pragma unroll
+        for (int j = 0; j < Cfg::kChunksPerThreadA; ++j)
+          if (src[j] >= 0)
+            CpAsync16(sa + MoeSwizzle(rr0 + j * Cfg::kRowsPerPassA, c),
+                      a_base + int64_t(src[j]) * p.lda + int64_t(kt) * kMoeBlockK, 16u);
+        CpAsyncArriveNoinc(full);
+        if (++stage == Cfg::kNumStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+    }
+    CpAsyncWaitAll();  // nothing in flight when the thread exits (the consumers still hold the CTA)
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  SetMaxRegsInc<224>();
+  const int cw = wg - 1, warp = (tid / 32) % 4, lane = tid & 31;
+  const int wg_row = Cfg::kBlockM == 128 ? cw * Cfg::kWgRows : 0;
+  const int wg_col = Cfg::kBlockM == 128 ? 0 : cw * Cfg::kWgCols;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+    const int mt = tile / num_n_tiles, nt = tile - mt * num_n_tiles;
+    const int4 info = __ldcg(p.tiles + mt);
+    const int row0 = info.y, rows = info.z;
+    const bool active = wg_row < rows;  // uniform per warpgroup
+
+    float acc[Cfg::kNumAcc];
+#pragma unroll
+    for (int i = 0; i < Cfg::kNumAcc; ++i) acc[i] = 0.f;
+    int prev = -1;
+    for (int kt = 0; kt < num_k_tiles; ++kt) {
+      MbarWait(full0 + 8 * stage, phase);
+      __syncwarp();  // converged for the .aligned wgmma instructions
+      if (active) {
+        FenceProxyAsync();
+        const uint32_t sa = smem_u32 + stage * Cfg::kStageBytes + wg_row * kMoeRowBytes;
+        const uint32_t sb = smem_u32 + stage * Cfg::kStageBytes + Cfg::kStageBytesA + wg_col * kMoeRowBytes;
+        WgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < kMoeBlockK / 16; ++kk) Wgmma(acc, SmemDesc(sa + kk * 32), SmemDesc(sb + kk * 32));
+        WgmmaCommit();
+        WgmmaWait<1>();  // the batch that read stage `prev` is complete
+      }
+      if (prev >= 0 && lane == 0) MbarArrive(empty0 + 8 * prev);
+      prev = stage;
+      if (++stage == Cfg::kNumStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+    WgmmaWait<0>();
+    FenceAccumulators(acc);
+    if (prev >= 0 && lane == 0) MbarArrive(empty0 + 8 * prev);
+    if (!active) continue;
+
+    // ---- epilogue: acc[4j + 2h + q] is row 16·warp + lane/4 + 8h, column 8j + 2·(lane%4) + q ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wg_row + 16 * warp + (lane >> 2) + 8 * h;
+      if (r >= rows) continue;
+      if constexpr (kGateUp) {
+        bf16* out = static_cast<bf16*>(p.act) + int64_t(row0 + r) * p.inter + int64_t(nt) * kFeat + 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < Cfg::kWgCols / 8; ++j) {
+          if ((j & 15) >= 8) continue;  // up columns: read with their gate partner
+          const int g = 4 * j + 2 * h, u = 4 * (j + 8) + 2 * h;
+          const float a0 = SwiGluValue(acc[g], acc[u], p.swiglu_limit);
+          const float a1 = SwiGluValue(acc[g + 1], acc[u + 1], p.swiglu_limit);
+          *reinterpret_cast<__nv_bfloat162*>(out + MoeWsGateFeature(wg_col + 8 * j)) = __floats2bfloat162_rn(a0, a1);
+        }
+      } else {
+        const int64_t dst = __ldcg(p.row_pair + row0 + r);
+        float* out = p.y + dst * p.n_out + int64_t(nt) * kFeat + wg_col + 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < Cfg::kWgCols / 8; ++j)
+          *reinterpret_cast<float2*>(out + j * 8) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+}
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link); null if the
+// driver lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+template <class Cfg, bool kGateUp>
+cudaError_t LaunchWgmmaWs(const MoeGemmParams& p, cudaStream_t stream) {
+  const int64_t w_rows = (kGateUp ? 2 * p.inter : p.n_out) * p.num_experts;
+  if (p.num_experts < 1 || w_rows > INT32_MAX || p.k % kMoeBlockK != 0) return cudaErrorInvalidValue;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+  if (!encode) return cudaErrorNotSupported;
+  MoeWsParams ws{};
+  ws.p = p;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.k), static_cast<cuuint64_t>(w_rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.k) * 2};  // bytes between rows
+  const cuuint32_t box[2] = {kMoeBlockK, Cfg::kBoxRows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&ws.w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.w), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  auto kernel = MoeWgmmaWsKernel<Cfg, kGateUp>;
+  static std::atomic<uint32_t> smem_set{0};
+  const cudaError_t e = RaiseSmemLimit(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, smem_set);
+  if (e != cudaSuccess) return e;
+  constexpr int kFeat = kGateUp ? Cfg::kBlockN / 2 : Cfg::kBlockN;
+  const int64_t n_tiles = p.n_out / kFeat;
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.max_tiles * n_tiles, MoeNumSms()));  // one per SM
+  kernel<<<static_cast<unsigned>(grid), Cfg::kNumThreads, Cfg::kSmemBytes, stream>>>(ws);
+  return cudaGetLastError();
+}
+
 template <class Cfg, bool kGateUp>
 cudaError_t LaunchWgmma(const MoeGemmParams& p, cudaStream_t stream) {
   auto kernel = MoeWgmmaKernel<Cfg, kGateUp>;
@@ -302,6 +572,10 @@ cudaError_t LaunchWgmma(const MoeGemmParams& p, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t LaunchMoeWgmma(MoeGemmKind kind, bool gate_up, const MoeGemmParams& p, cudaStream_t stream) {
+  if (kind == MoeGemmKind::kWgmmaWs128x256)
+    return gate_up ? LaunchWgmmaWs<MoeWs128x256, true>(p, stream) : LaunchWgmmaWs<MoeWs128x256, false>(p, stream);
+  if (kind == MoeGemmKind::kWgmmaWs64x256)
+    return gate_up ? LaunchWgmmaWs<MoeWs64x256, true>(p, stream) : LaunchWgmmaWs<MoeWs64x256, false>(p, stream);
   if (kind == MoeGemmKind::kWgmma64x256)
     return gate_up ? LaunchWgmma<MoeWgmma64x256, true>(p, stream) : LaunchWgmma<MoeWgmma64x256, false>(p, stream);
   return gate_up ? LaunchWgmma<MoeWgmma128x256, true>(p, stream) : LaunchWgmma<MoeWgmma128x256, false>(p, stream);
