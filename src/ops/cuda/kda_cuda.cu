@@ -94,8 +94,9 @@ Status KdaChunk(const KdaChunkParams& p, void* workspace, size_t workspace_bytes
   if (p.num_heads < 1 || p.num_heads > 65535) return Status::InvalidArgument("kda.chunk: num_heads out of range");
   if (!p.state || !p.o || (cu.back() > 0 && (!p.q || !p.k || !p.v || !p.g || !p.beta)))
     return Status::InvalidArgument("kda.chunk: null pointer");
-  if (!Aligned16(p.v) || !Aligned16(p.state) || !Aligned16(p.o) || !Aligned16(workspace))
-    return Status::InvalidArgument("kda.chunk: v, state, o and workspace must be 16-byte aligned");
+  if (!Aligned16(p.q) || !Aligned16(p.k) || !Aligned16(p.v) || !Aligned16(p.g) || !Aligned16(p.state) ||
+      !Aligned16(p.o) || !Aligned16(workspace))
+    return Status::InvalidArgument("kda.chunk: q, k, v, g, state, o and workspace must be 16-byte aligned");
   const size_t need = KdaChunkWorkspaceBytes(cu, p.num_heads, p.head_dim);
   if (workspace_bytes < need)
     return Status::InvalidArgument("kda.chunk: workspace " + std::to_string(workspace_bytes) + " < " + std::to_string(need) + " bytes");
@@ -128,31 +129,26 @@ Status KdaChunk(const KdaChunkParams& p, void* workspace, size_t workspace_bytes
   b.chunk_len = ints + nc;
   b.seq_chunks = ints + 2 * nc;
   b.slots = ints + 2 * nc + n + 1;
-  b.w_t = f;
-  f += per * kp * kChunk;
+  b.w = f;
+  f += per * kChunk * kp;
   b.u = f;
   f += per * kChunk * kp;
   b.kg = f;
   f += per * kChunk * kp;
-  b.qg_t = f;
-  f += per * kp * kChunk;
-  b.aqk_t = f;
+  b.qg = f;
+  f += per * kChunk * kp;
+  b.aqk = f;
   f += per * kChunk * kChunk;
   b.gl = f;
-  f += per * kp;
-  b.h = f;
-  f += per * kp * kp;
-  b.vn = f;
   b.num_chunks = static_cast<int>(nc);
   b.num_seqs = static_cast<int>(n);
 
-  if (nc > 0) {
-    GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchKdaChunkIntra(p, b, kp, stream));
-    if (p.phase_events[0]) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.phase_events[0], stream));
-  }
-  GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchKdaChunkState(p, b, kp, stream));
+  // Empty batch (every sequence has length 0): nothing to compute, every state stays as it is.
+  if (nc > 0) GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchKdaChunkIntra(p, b, kp, stream));
+  if (p.phase_events[0]) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.phase_events[0], stream));
+  const int block_v = PickKdaChunkScanBlockV(b.num_seqs, p.num_heads, kp, NumSms());
+  if (nc > 0) GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchKdaChunkScan(p, b, kp, block_v, stream));
   if (p.phase_events[1]) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.phase_events[1], stream));
-  if (nc > 0) GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchKdaChunkOutput(p, b, kp, stream));
   return Status::Ok();
 }
 

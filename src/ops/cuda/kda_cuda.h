@@ -57,6 +57,7 @@ Status KdaRecurrent(const KdaRecurrentParams& p, cudaStream_t stream, KdaRecurre
 // ---- chunked (prefill) -------------------------------------------------------------------------
 
 // A varlen batch flattened to T = cu_seqlens.back() tokens; chunks of 64 never cross sequences.
+// q, k, v, g, state, o (and the workspace) must be 16-byte aligned.
 struct KdaChunkParams {
   const float* q = nullptr;       // [T, H, K]   not normalized
   const float* k = nullptr;       // [T, H, K]
@@ -70,16 +71,16 @@ struct KdaChunkParams {
   int num_heads = 0;
   int head_dim = 0;
   int64_t num_slots = 0;
-  // Optional, for benchmarks: recorded on `stream` after the intra kernel and after the state scan.
+  // Optional, for benchmarks: recorded on `stream` after the intra kernel and after the scan.
   cudaEvent_t phase_events[2] = {nullptr, nullptr};
 };
 
 // Device scratch the chunked form needs for these lengths (intermediates per chunk and head).
 size_t KdaChunkWorkspaceBytes(const std::vector<int64_t>& cu_seqlens, int num_heads, int head_dim);
 
-// Enqueues the chunked pipeline (intra-chunk, state scan, output). `workspace` holds at least
-// KdaChunkWorkspaceBytes(...) bytes. The chunk table is uploaded from the host with
-// cudaMemcpyAsync from pageable memory, so this call is not graph-capturable.
+// Enqueues the chunked pipeline (intra-chunk kernel, then the state scan that also writes o).
+// `workspace` holds at least KdaChunkWorkspaceBytes(...) bytes. The chunk table is uploaded from
+// the host with cudaMemcpyAsync from pageable memory, so this call is not graph-capturable.
 // Returns InvalidArgument for bad shapes or lengths.
 Status KdaChunk(const KdaChunkParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 

@@ -1,17 +1,20 @@
 // gyre_cuda_bench: self-check and microbenchmarks of the CUDA KDA kernels and cuBLASLt GEMM, with
 // the ceilings measured in the same run (style.md §2.8; scripts/gpu_check.sh runs it).
 //
-//   gyre_cuda_bench [--out DIR] [--commit HASH] [--quick]
+//   gyre_cuda_bench [--out DIR] [--commit HASH] [--quick] [--no-decode] [--prefill-t 4096,16384,...]
+//                   [--chunk-checks-only]
 //
 // Sections: helpers (random fill, timing, JSON); fp64 reference; self-check; ceilings; decode;
 // prefill; main. Writes DIR/gpu_kda_bench.json and prints a short table last. Exit code 1 if any
-// self-check fails (the benchmarks still run and are reported).
+// self-check fails (the benchmarks still run and are reported). --chunk-checks-only runs just the
+// small chunked checks vs fp64 (for compute-sanitizer).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -210,7 +213,7 @@ struct CheckRow {
 
 // Varlen batch: sequence lengths `lens`, slots permuted; chunked or recurrent kernel; vs fp64.
 Result<CheckRow> CheckKda(bool chunked, const std::vector<int>& lens, int H, int K, KdaRecurrentConfig cfg,
-                          uint64_t seed, cudaStream_t s) {
+                          uint64_t seed, cudaStream_t s, float g_min = -5.0f) {
   const int N = static_cast<int>(lens.size());
   int64_t T = 0;
   std::vector<int64_t> cu{0};
@@ -218,7 +221,7 @@ Result<CheckRow> CheckKda(bool chunked, const std::vector<int>& lens, int H, int
   const int64_t num_slots = N + 2;
   uint64_t rs = seed;
   auto q = HostUniform(T * H * K, rs, -1, 1), k = HostUniform(T * H * K, rs, -1, 1), v = HostUniform(T * H * K, rs, -1, 1);
-  auto g = HostUniform(T * H * K, rs, -5, 0), beta = HostUniform(T * H, rs, 0, 1);
+  auto g = HostUniform(T * H * K, rs, g_min, 0), beta = HostUniform(T * H, rs, 0, 1);
   auto pool = HostUniform(num_slots * H * K * K, rs, -0.5f, 0.5f);
   std::vector<int32_t> slots(N);
   for (int i = 0; i < N; ++i) slots[i] = static_cast<int32_t>(num_slots - 1 - i);  // reversed; slots 0, 1 untouched
@@ -270,6 +273,11 @@ Result<CheckRow> CheckKda(bool chunked, const std::vector<int>& lens, int H, int
   for (size_t i = 0; i < lens.size(); ++i) name += (i ? "," : "") + std::to_string(lens[i]);
   name += " H=" + std::to_string(H) + " K=" + std::to_string(K);
   if (!chunked && cfg.block_v) name += " cfg=" + std::to_string(cfg.block_v) + "x" + std::to_string(cfg.num_threads);
+  if (g_min != -5.0f) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, " g in [%g, 0]", g_min);
+    name += buf;
+  }
   return CheckRow{name, co.rel_l2, cs.rel_l2, co.num_nan + cs.num_nan, 1e-4};
 }
 
@@ -491,8 +499,31 @@ Result<std::vector<DecodeRow>> BenchDecode(int B, int H, int K, const std::vecto
 
 struct PrefillRow {
   int T, H, K;
-  double ms, ms_intra, ms_state, ms_output, tokens_per_s;
+  double ms, ms_intra, ms_scan, tokens_per_s;
+  double gflop, gbytes;  // work model (below) per call
 };
+
+// Work model of the chunked form per call (batch 1, C = 64, K = V): useful fp32 FLOPs (an FMA is
+// 2; the tensor cores execute 3× these for 3xTF32, not counted) and the DRAM bytes the two-kernel
+// design must move (inputs and o once, the per-chunk intermediates written once and read once,
+// the state read and written).
+struct PrefillModel {
+  double flop, bytes;
+};
+PrefillModel ModelPrefill(int T, int H, int K) {
+  const double C = 64, nc = (T + 63) / 64, ch = nc * H, k = K;
+  const double lower = C * (C + 1) / 2;                 // elements on and below the diagonal
+  const double intra = 2 * lower * k * 2                // L and Aqk
+                       + C * C * C / 6 * 2              // (I + L)⁻¹
+                       + 2 * lower * k * 2;             // W and U (T lower-triangular)
+  const double scan = C * k * k * 2 * 2                 // W·S and (Q̃⊙e^G)·S
+                      + lower * k * 2                   // Aqk·Ṽ
+                      + k * k * C * 2;                  // (K̂⊙e^{G_C−G})ᵀ·Ṽ
+  const double io = 4.0 * (5.0 * T * H * k + T * H);    // q, k, v, g, o; β
+  const double inter = 4.0 * ch * (4 * C * k + 10 * 256 + k);  // W, U, kg, qg, Aqk (10 blocks), e^{G_C}
+  const double state = 2 * 4.0 * H * k * k;
+  return {ch * (intra + scan), io + 2 * inter + state};
+}
 
 Result<PrefillRow> BenchPrefill(int T, int H, int K, cudaStream_t s, bool quick) {
   const int64_t n = int64_t(T) * H * K;
@@ -520,22 +551,22 @@ Result<PrefillRow> BenchPrefill(int T, int H, int K, cudaStream_t s, bool quick)
   GYRE_ASSIGN_OR_RETURN(Event e3, Event::Create());
   p.phase_events[0] = e1.get();
   p.phase_events[1] = e2.get();
-  std::vector<double> tot, intra, state, out;
+  std::vector<double> tot, intra, scan;
   for (int r = 0; r < (quick ? 3 : 7); ++r) {
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e0.get(), s));
     GYRE_RETURN_IF_ERROR(KdaChunk(p, ws.get(), ws.bytes(), s));
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e3.get(), s));
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e3.get()));
-    float a = 0, bb = 0, c = 0, d = 0;
+    float a = 0, bb = 0, c = 0;
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&a, e0.get(), e3.get()));
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&bb, e0.get(), e1.get()));
     GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&c, e1.get(), e2.get()));
-    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&d, e2.get(), e3.get()));
     if (r == 0) continue;  // warm-up
-    tot.push_back(a), intra.push_back(bb), state.push_back(c), out.push_back(d);
+    tot.push_back(a), intra.push_back(bb), scan.push_back(c);
   }
   const double ms = Median(tot);
-  return PrefillRow{T, H, K, ms, Median(intra), Median(state), Median(out), T / (ms * 1e-3)};
+  const PrefillModel m = ModelPrefill(T, H, K);
+  return PrefillRow{T, H, K, ms, Median(intra), Median(scan), T / (ms * 1e-3), m.flop / 1e9, m.bytes / 1e9};
 }
 
 // ---- main ----------------------------------------------------------------------------------------
@@ -576,14 +607,18 @@ struct Report {
     for (const auto& p : prefill) {
       Json j;
       j.Num("T", p.T).Num("heads", p.H).Num("head_dim", p.K).Num("ms", p.ms).Num("ms_intra", p.ms_intra);
-      j.Num("ms_state", p.ms_state).Num("ms_output", p.ms_output).Num("tokens_per_s", p.tokens_per_s);
+      j.Num("ms_scan", p.ms_scan).Num("tokens_per_s", p.tokens_per_s).Num("model_gflop", p.gflop);
+      j.Num("model_gbytes", p.gbytes).Num("tflops", p.gflop / p.ms).Num("gbps", p.gbytes / (p.ms * 1e-3));
+      j.Num("pct_of_copy", 100.0 * p.gbytes / (p.ms * 1e-3) / ceil.copy_gbps);
       ps.push_back(j.Obj());
     }
     Json root;
     root.Str("date_utc", date).Str("commit", commit).Bool("quick", quick).Raw("device", device_json);
     root.Str("config", "H=64 K=V=128 fp32 state and activations; decode rotates input/slot sets (>=512 MiB) so "
                        "state traffic misses L2; graph = the same launches captured in one CUDA graph; "
-                       "state_gbps/pct_of_copy use the faster of stream and graph");
+                       "state_gbps/pct_of_copy use the faster of stream and graph; prefill: batch 1, "
+                       "ms_intra = intra-chunk kernel, ms_scan = fused state scan + output kernel, "
+                       "model_gflop/model_gbytes = useful fp32 FLOPs and compulsory DRAM bytes (ModelPrefill)");
     root.Raw("ceilings", cj.Obj()).Bool("self_check_pass", AllPass()).Raw("self_check", Array(cs));
     root.Raw("decode", Array(ds)).Raw("prefill", Array(ps)).Str("error", error);
     if (FILE* f = std::fopen(path.c_str(), "w")) {
@@ -599,16 +634,25 @@ struct Report {
                   d.cfg.num_threads, d.heuristic ? "(h)" : "   ", d.us, d.us_graph, d.gbps, d.pct_copy);
     std::printf("prefill (B=1, H=64, K=V=128):\n");
     for (const auto& p : prefill)
-      std::printf("  T=%-6d %8.3f ms (intra %.3f, state %.3f, output %.3f)  %.2fM tokens/s\n", p.T, p.ms, p.ms_intra,
-                  p.ms_state, p.ms_output, p.tokens_per_s / 1e6);
+      std::printf("  T=%-6d %8.3f ms (intra %.3f, scan %.3f)  %.2fM tokens/s  %.1f TFLOP/s  %.0f GB/s (%.0f%% of copy)\n",
+                  p.T, p.ms, p.ms_intra, p.ms_scan, p.tokens_per_s / 1e6, p.gflop / p.ms,
+                  p.gbytes / (p.ms * 1e-3), 100.0 * p.gbytes / (p.ms * 1e-3) / ceil.copy_gbps);
     std::printf("self-check: %s (%zu checks); wrote %s\n", AllPass() ? "all pass" : "FAILURES", checks.size(),
                 path.c_str());
   }
 };
 
+struct Options {
+  bool quick = false;
+  bool decode = true;              // decode checks and benchmark
+  bool chunk_checks_only = false;  // only the small chunked checks (for compute-sanitizer)
+  std::vector<int> prefill_t = {4096, 16384, 65536};
+};
+
 // Order: ceilings, decode checks + bench, chunk checks + prefill bench (a fault in the chunk
 // kernels leaves the decode numbers).
-Status Run(Report& rep, bool quick) {
+Status Run(Report& rep, const Options& opt) {
+  const bool quick = opt.quick;
   GYRE_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   cudaDeviceProp prop{};
   GYRE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
@@ -635,6 +679,15 @@ Status Run(Report& rep, bool quick) {
     return Status::Ok();
   };
 
+  if (opt.chunk_checks_only) {
+    std::printf("self-check (chunked, small shapes) vs fp64 reference:\n");
+    for (int K : {128, 64, 32, 16})
+      GYRE_RETURN_IF_ERROR(add(CheckKda(true, {1, 64, 65, 0, 130}, 2, K, {}, 200 + K, s)));
+    GYRE_RETURN_IF_ERROR(add(CheckKda(true, {130, 64, 1}, 2, 128, {}, 210, s, -40.0f)));
+    GYRE_RETURN_IF_ERROR(add(CheckKda(true, {130, 1}, 40, 128, {}, 220, s)));  // 64-column scan tiles
+    return Status::Ok();
+  }
+
   // ---- ceilings ----
   GYRE_ASSIGN_OR_RETURN(std::unique_ptr<GemmLt> gemm, GemmLt::Create());
   GYRE_ASSIGN_OR_RETURN(rep.ceil, MeasureCeilings(*gemm, s, quick));
@@ -644,13 +697,15 @@ Status Run(Report& rep, bool quick) {
 
   // ---- decode: check vs fp64, then time ----
   std::printf("self-check (recurrent) vs fp64 reference:\n");
+  for (int K : {128, 64, 16}) GYRE_RETURN_IF_ERROR(add(CheckKda(false, {1, 5, 3}, 3, K, {}, 100 + K, s)));
   const std::vector<KdaRecurrentConfig> cfgs128 = {{16, 64},  {16, 128}, {32, 128},  {32, 256},
                                                    {64, 128}, {64, 256}, {128, 256}, {128, 512}};
-  for (int K : {128, 64, 16}) GYRE_RETURN_IF_ERROR(add(CheckKda(false, {1, 5, 3}, 3, K, {}, 100 + K, s)));
   for (auto cfg : cfgs128) GYRE_RETURN_IF_ERROR(add(CheckKda(false, {3}, 2, 128, cfg, 7, s)));
-  for (auto cfg : cfgs128) GYRE_RETURN_IF_ERROR(add(CheckDecodeBatch(17, 4, 128, cfg, 8, s)));
+  if (opt.decode)
+    for (auto cfg : cfgs128) GYRE_RETURN_IF_ERROR(add(CheckDecodeBatch(17, 4, 128, cfg, 8, s)));
   rep.Write();
   for (int B : {1, 16, 64, 256, 512}) {
+    if (!opt.decode) break;
     GYRE_ASSIGN_OR_RETURN(auto rows, BenchDecode(B, rep.H, rep.K, cfgs128, rep.ceil.copy_gbps, s, quick));
     GYRE_ASSIGN_OR_RETURN(auto heur, BenchDecode(B, rep.H, rep.K, {KdaRecurrentConfig{}}, rep.ceil.copy_gbps, s, true));
     heur[0].heuristic = true;
@@ -665,9 +720,13 @@ Status Run(Report& rep, bool quick) {
   for (int K : {128, 64, 32, 16})
     GYRE_RETURN_IF_ERROR(add(CheckKda(true, {1, 64, 65, 0, 200, 130}, 3, K, {}, 200 + K, s)));
   GYRE_RETURN_IF_ERROR(add(CheckKda(true, {1024}, 4, 128, {}, 300, s)));
+  GYRE_RETURN_IF_ERROR(add(CheckKda(true, {130, 64, 1}, 2, 128, {}, 310, s, -40.0f)));  // underflowing decays
+  GYRE_RETURN_IF_ERROR(add(CheckKda(true, {1000}, 2, 128, {}, 320, s, -0.05f)));        // long memory
+  GYRE_RETURN_IF_ERROR(add(CheckKda(true, {200, 77}, 40, 128, {}, 325, s)));  // 64-column scan tiles
+  if (!quick) GYRE_RETURN_IF_ERROR(add(CheckKda(true, {4096}, 8, 128, {}, 330, s)));  // the bench length
   GYRE_RETURN_IF_ERROR(add(CheckChunkVsRecurrent(quick ? 1024 : 4096, 64, 128, s)));
   rep.Write();
-  for (int T : {4096, 16384}) {
+  for (int T : opt.prefill_t) {
     GYRE_ASSIGN_OR_RETURN(auto r, BenchPrefill(T, rep.H, rep.K, s, quick));
     rep.prefill.push_back(r);
     rep.Write();
@@ -680,21 +739,40 @@ Status Run(Report& rep, bool quick) {
 
 int main(int argc, char** argv) {
   std::string out = ".", commit = "unknown";
-  bool quick = false;
+  gyre::cuda::Options opt;
+  const char* usage =
+      "usage: gyre_cuda_bench [--out DIR] [--commit HASH] [--quick] [--no-decode] [--prefill-t T1,T2,...]\n"
+      "                       [--chunk-checks-only]\n"
+      "  Self-check of the KDA kernels vs fp64, ceilings (copy, cuBLASLt), decode and chunked-prefill\n"
+      "  benchmarks (batch 1, H=64, K=V=128; per-phase times from events). Writes DIR/gpu_kda_bench.json.\n";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else {
-      std::fprintf(stderr, "usage: gyre_cuda_bench [--out DIR] [--commit HASH] [--quick]\n");
-      return 2;
+    else if (!std::strcmp(argv[i], "--quick")) opt.quick = true;
+    else if (!std::strcmp(argv[i], "--no-decode")) opt.decode = false;
+    else if (!std::strcmp(argv[i], "--chunk-checks-only")) opt.chunk_checks_only = true;
+    else if (!std::strcmp(argv[i], "--prefill-t") && i + 1 < argc) {
+      opt.prefill_t.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long t = std::strtol(p, &end, 10);
+        if (end == p || t < 1 || t > (1L << 24)) {
+          std::fprintf(stderr, "%s", usage);
+          return 2;
+        }
+        opt.prefill_t.push_back(static_cast<int>(t));
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "%s", usage);
+      return !std::strcmp(argv[i], "--help") ? 0 : 2;
     }
   }
   gyre::cuda::Report rep;
   rep.path = out + "/gpu_kda_bench.json";
   rep.commit = commit;
-  rep.quick = quick;
-  const gyre::Status st = gyre::cuda::Run(rep, quick);
+  rep.quick = opt.quick;
+  const gyre::Status st = gyre::cuda::Run(rep, opt);
   if (!st.ok()) rep.error = st.ToString();
   rep.Write();
   rep.PrintTables();

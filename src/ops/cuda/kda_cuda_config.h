@@ -26,4 +26,14 @@ inline KdaRecurrentConfig PickKdaRecurrentConfig(int num_seqs, int num_heads, in
   return {64, 256};
 }
 
+// V-tile width of the chunked scan: one block (one SM: ~190 KB of shared memory) per
+// (V tile, head, sequence), each a sequential chain over the sequence's chunks. 64-column tiles
+// read the per-chunk operands half as often; 32-column tiles double the blocks when 64-column ones
+// would leave more than half of the SMs idle.
+inline int PickKdaChunkScanBlockV(int num_seqs, int num_heads, int k_pad, int num_sms) {
+  if (k_pad < 64) return 32;
+  const long blocks64 = static_cast<long>(num_seqs) * num_heads * (k_pad / 64);
+  return 2 * blocks64 <= num_sms ? 32 : 64;
+}
+
 }  // namespace gyre::cuda
