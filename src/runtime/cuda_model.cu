@@ -157,58 +157,42 @@ __global__ void __launch_bounds__(256) HcMixKernel(const float* x, const float* 
     sm[threadIdx.x] = v;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  // Warp 0: lane (r, c) = r·N + c owns C[r, c]; row and column sums gather the N values of the
+  // row / column by shuffles and add them in index order, as the CPU op does.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
     const float r = rsqrtf(sm[MIX] / static_cast<float>(K) + norm_eps);
-    float m[MIX];
-#pragma unroll
-    for (int j = 0; j < MIX; ++j) m[j] = sm[j] * r;
-    float C[N * N];
-#pragma unroll
-    for (int q = 0; q < N; ++q) {
-      pre[q] = 1.0f / (1.0f + expf(-(m[q] * scale[0] + base[q]))) + hc_eps;
-      post[i * N + q] = 2.0f * (1.0f / (1.0f + expf(-(m[N + q] * scale[1] + base[N + q]))));
+    const bool own = lane < N * N;
+    const int rr = own ? lane / N : 0, cc = own ? lane % N : 0;
+    if (lane < N) {
+      pre[lane] = 1.0f / (1.0f + expf(-(sm[lane] * r * scale[0] + base[lane]))) + hc_eps;
+      post[i * N + lane] = 2.0f * (1.0f / (1.0f + expf(-(sm[N + lane] * r * scale[1] + base[N + lane]))));
     }
+    float v = own ? sm[2 * N + lane] * r * scale[2] + base[2 * N + lane] : 0.0f;
+    auto row_sum = [&](float val) {
+      float acc = 0;
 #pragma unroll
-    for (int rr = 0; rr < N; ++rr) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int cc = 0; cc < N; ++cc) {
-        C[rr * N + cc] = m[2 * N + rr * N + cc] * scale[2] + base[2 * N + rr * N + cc];
-        mx = fmaxf(mx, C[rr * N + cc]);
-      }
-      float den = 0;
-#pragma unroll
-      for (int cc = 0; cc < N; ++cc) {
-        C[rr * N + cc] = expf(C[rr * N + cc] - mx);
-        den += C[rr * N + cc];
-      }
-#pragma unroll
-      for (int cc = 0; cc < N; ++cc) C[rr * N + cc] = C[rr * N + cc] / den + hc_eps;
-    }
-    auto col_step = [&] {
-#pragma unroll
-      for (int cc = 0; cc < N; ++cc) {
-        float sum = 0;
-#pragma unroll
-        for (int rr = 0; rr < N; ++rr) sum += C[rr * N + cc];
-#pragma unroll
-        for (int rr = 0; rr < N; ++rr) C[rr * N + cc] /= (sum + hc_eps);
-      }
+      for (int j = 0; j < N; ++j) acc += __shfl_sync(0xffffffffu, val, rr * N + j);
+      return acc;
     };
-    col_step();
+    auto col_sum = [&](float val) {
+      float acc = 0;
+#pragma unroll
+      for (int j = 0; j < N; ++j) acc += __shfl_sync(0xffffffffu, val, j * N + cc);
+      return acc;
+    };
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < N; ++j) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, rr * N + j));
+    v = expf(v - mx);
+    const float den = row_sum(v);
+    v = v / den + hc_eps;
+    v /= (col_sum(v) + hc_eps);
     for (int it = 0; it < iters - 1; ++it) {
-#pragma unroll
-      for (int rr = 0; rr < N; ++rr) {
-        float sum = 0;
-#pragma unroll
-        for (int cc = 0; cc < N; ++cc) sum += C[rr * N + cc];
-#pragma unroll
-        for (int cc = 0; cc < N; ++cc) C[rr * N + cc] /= (sum + hc_eps);
-      }
-      col_step();
+      v /= (row_sum(v) + hc_eps);
+      v /= (col_sum(v) + hc_eps);
     }
-#pragma unroll
-    for (int q = 0; q < N * N; ++q) comb[i * N * N + q] = C[q];
+    if (own) comb[i * N * N + lane] = v;
   }
   __syncthreads();
   const float* X = x + i * N * d;
