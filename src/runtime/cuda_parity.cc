@@ -10,16 +10,13 @@
 #include "ops/sampling.h"
 #include "runtime/cuda_model.h"
 #include "runtime/model.h"
+#include "runtime/parity.h"
 
 namespace gyre {
 
 namespace {
 
-std::vector<float> ToF32(const TensorView& t) {
-  std::vector<float> v(t.numel());
-  ConvertToF32(t.dtype, t.data, v.size(), v.data());
-  return v;
-}
+std::vector<float> ToF32(const TensorView& t) { return TensorToF32(t); }
 
 std::vector<int32_t> Greedy(const std::vector<float>& logits, int64_t vocab) {
   std::vector<int32_t> ids;

@@ -8,12 +8,14 @@
 
 namespace gyre {
 
-namespace {
-std::vector<float> ToF32(const TensorView& t) {
+std::vector<float> TensorToF32(const TensorView& t) {
   std::vector<float> v(t.numel());
   ConvertToF32(t.dtype, t.data, v.size(), v.data());
   return v;
 }
+
+namespace {
+std::vector<float> ToF32(const TensorView& t) { return TensorToF32(t); }
 std::vector<int32_t> ToI32(const TensorView& t) {
   std::vector<float> f = ToF32(t);
   return std::vector<int32_t>(f.begin(), f.end());

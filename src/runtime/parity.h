@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/safetensors.h"
 #include "runtime/model.h"
 
 namespace gyre {
@@ -29,6 +30,9 @@ struct ParityReport {
   // "first divergence at layers.3.self_attn (dsa): rel-L2 2.1e-02 > 1e-03 ..." or "all within".
   std::string Summary(const ModelConfig& c) const;
 };
+
+// A safetensors tensor (any supported dtype) as fp32 values.
+std::vector<float> TensorToF32(const TensorView& t);
 
 // Runs one full forward of the golden's `input_ids` and compares every named intermediate with
 // the golden file at `golden_path`. Errors: NotFound / DataLoss for the file, InvalidArgument if

@@ -117,4 +117,21 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
+// Host-to-device helpers for checks (the op registry's CUDA path, self-checks): a fresh buffer
+// holding `bytes` copied from host `src`, enqueued on `s` (src must stay valid until the stream
+// reaches the copy). At least 16 bytes are allocated, so an empty tensor still has a valid pointer.
+inline Result<DeviceBuffer> Upload(const void* src, size_t bytes, cudaStream_t s) {
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes < 16 ? 16 : bytes));
+  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), src, bytes, cudaMemcpyHostToDevice, s));
+  return Result<DeviceBuffer>(std::move(b));
+}
+
+// A fresh buffer filled with 0xFF bytes (fp32 NaN, int32 -1), so outputs a kernel leaves unwritten
+// show up.
+inline Result<DeviceBuffer> Poisoned(size_t bytes, cudaStream_t s) {
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes < 16 ? 16 : bytes));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0xFF, b.bytes(), s));
+  return Result<DeviceBuffer>(std::move(b));
+}
+
 }  // namespace gyre::cuda

@@ -15,18 +15,6 @@
 namespace gyre::cuda {
 namespace {
 
-Result<DeviceBuffer> Upload(const void* src, size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), src, bytes, cudaMemcpyHostToDevice, s));
-  return Result<DeviceBuffer>(std::move(b));
-}
-
-Result<DeviceBuffer> Poisoned(size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0xFF, bytes, s));  // 0xFFFFFFFF is a NaN
-  return Result<DeviceBuffer>(std::move(b));
-}
-
 // Copies `bytes` back and waits for the stream.
 Status Download(void* dst, const DeviceBuffer& src, size_t bytes, const Stream& s) {
   if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src.get(), bytes, cudaMemcpyDeviceToHost, s.get()));

@@ -23,20 +23,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr int64_t kPageTokens = 4;
 constexpr int kSeq = 1;  // the checked sequence is batch row 1 of 2
 
-Result<DeviceBuffer> Upload(const void* src, size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(std::max<size_t>(bytes, 16)));
-  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), src, bytes, cudaMemcpyHostToDevice, s));
-  return Result<DeviceBuffer>(std::move(b));
-}
 template <typename T>
-Result<DeviceBuffer> Upload(const std::vector<T>& v, cudaStream_t s) {
+Result<DeviceBuffer> UploadVec(const std::vector<T>& v, cudaStream_t s) {
   return Upload(v.data(), v.size() * sizeof(T), s);
-}
-
-Result<DeviceBuffer> Poisoned(size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(std::max<size_t>(bytes, 16)));
-  GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0xFF, b.bytes(), s));  // NaN floats, −1 ints
-  return Result<DeviceBuffer>(std::move(b));
 }
 
 template <typename T>
@@ -76,9 +65,9 @@ struct DeviceBatch {
 Result<DeviceBatch> MakeBatch(const Paging& pg, const std::vector<int32_t>& tok_seq, const std::vector<int32_t>& tok_pos,
                               int64_t max_context, cudaStream_t s) {
   DeviceBatch d;
-  GYRE_ASSIGN_OR_RETURN(d.table, Upload(pg.table, s));
-  GYRE_ASSIGN_OR_RETURN(d.seq, Upload(tok_seq, s));
-  GYRE_ASSIGN_OR_RETURN(d.pos, Upload(tok_pos, s));
+  GYRE_ASSIGN_OR_RETURN(d.table, UploadVec(pg.table, s));
+  GYRE_ASSIGN_OR_RETURN(d.seq, UploadVec(tok_seq, s));
+  GYRE_ASSIGN_OR_RETURN(d.pos, UploadVec(tok_pos, s));
   d.b.tok_seq = d.seq.get<int32_t>();
   d.b.tok_pos = d.pos.get<int32_t>();
   d.b.block_table = d.table.get<int32_t>();
@@ -162,9 +151,9 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
       std::copy(a.sel_indices + a.sel_offsets[i], a.sel_indices + a.sel_offsets[i + 1], sel.begin() + (i + 1) * cap);
     }
   }
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dq, Upload(q, s));
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dsel, Upload(sel, s));
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dcnt, Upload(cnt, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dq, UploadVec(q, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dsel, UploadVec(sel, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dcnt, UploadVec(cnt, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer dkvb, Upload(a.kv_b, sizeof(float) * H * (a.nope + vd) * L, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, a.t, s));
   const MlaDims d{H, a.nope, a.rope, vd, L, a.scale};
@@ -192,7 +181,7 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
   // with the skinny and the tensor-core head GEMMs (bf16 operand rounding: rel-L2 ~1e-3).
   std::vector<uint16_t> kvb16(H * (a.nope + vd) * L);
   for (size_t x = 0; x < kvb16.size(); ++x) kvb16[x] = ToBf16(a.kv_b[x]);
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dkvb16, Upload(kvb16, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dkvb16, UploadVec(kvb16, s));
   const DMat kvb_bf16{dkvb16.get(), H * (a.nope + vd), L, true};
   GYRE_ASSIGN_OR_RETURN(std::vector<float> exact, run(kvb_bf16, {internal::MlaKernels::kFp32}));
   for (const int skinny : {internal::kSkMaxTokens, 0}) {
@@ -274,8 +263,8 @@ Status IndexerSelectOnDevice(const IndexerHostArgs& a, std::vector<std::vector<i
   tok_seq[0] = -1;
   tok_pos[0] = static_cast<int32_t>(t - 1);
   for (int64_t i = 0; i < a.s; ++i) tok_pos[i + 1] = static_cast<int32_t>(a.pos0 + i);
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dq, Upload(q, s));
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dw, Upload(w, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dq, UploadVec(q, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer dw, UploadVec(w, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, t, s));
   const IndexerDims d{Hi, di, m, a.topk, a.tail};
   const int64_t cap = IndexerSelCap(d);

@@ -13,18 +13,6 @@
 namespace gyre::cuda {
 namespace {
 
-Result<DeviceBuffer> Upload(const void* src, size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), src, bytes, cudaMemcpyHostToDevice, s));
-  return Result<DeviceBuffer>(std::move(b));
-}
-
-Result<DeviceBuffer> Poisoned(size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0xFF, bytes, s));  // NaN floats, -1 ints
-  return Result<DeviceBuffer>(std::move(b));
-}
-
 // fp32 → bf16 bits, round to nearest even (what the checkpoint loader does).
 std::vector<__nv_bfloat16> ToBf16(const float* v, size_t n) {
   std::vector<__nv_bfloat16> out(n);

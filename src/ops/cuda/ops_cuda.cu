@@ -10,21 +10,6 @@
 #include "ops/cuda/kda_cuda.h"
 
 namespace gyre::cuda {
-namespace {
-
-Result<DeviceBuffer> Upload(const void* src, size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), src, bytes, cudaMemcpyHostToDevice, s));
-  return Result<DeviceBuffer>(std::move(b));
-}
-
-Result<DeviceBuffer> Poisoned(size_t bytes, cudaStream_t s) {
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.get(), 0xFF, bytes, s));  // 0xFFFFFFFF is a NaN
-  return Result<DeviceBuffer>(std::move(b));
-}
-
-}  // namespace
 
 Status LinearF32OnDevice(const float* x, int64_t n, int64_t in, const float* w, int64_t out, float* y) {
   GYRE_ASSIGN_OR_RETURN(Stream s, Stream::Create());
