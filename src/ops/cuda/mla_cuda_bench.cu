@@ -37,6 +37,7 @@
 
 #include "core/matrix.h"
 #include "ops/attention.h"
+#include "ops/cuda/bench_common.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/device_buffer.h"
 #include "ops/cuda/mla_cuda.h"
@@ -44,6 +45,8 @@
 
 namespace gyre::cuda {
 namespace {
+
+using namespace bench;  // Median, TimeUs, Json, Array
 
 // ---- helpers -------------------------------------------------------------------------------------
 
@@ -93,11 +96,6 @@ Result<std::vector<T>> ToHost(const void* p, int64_t n) {
   return v;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 double RelL2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -108,53 +106,6 @@ double RelL2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
-// Minimal JSON writer.
-struct Json {
-  std::string s;
-  bool first = true;
-  void Sep() {
-    if (!first) s += ", ";
-    first = false;
-  }
-  Json& Num(const char* k, double v) {
-    Sep();
-    char buf[64];
-    if (std::isfinite(v)) std::snprintf(buf, sizeof buf, "%.6g", v);
-    else std::snprintf(buf, sizeof buf, "null");
-    s += std::string("\"") + k + "\": " + buf;
-    return *this;
-  }
-  Json& Str(const char* k, const std::string& v) {
-    Sep();
-    std::string e;
-    for (char c : v) {
-      if (c == '"' || c == '\\') e += '\\';
-      if (c == '\n') {
-        e += "\\n";
-        continue;
-      }
-      e += c;
-    }
-    s += std::string("\"") + k + "\": \"" + e + "\"";
-    return *this;
-  }
-  Json& Bool(const char* k, bool v) {
-    Sep();
-    s += std::string("\"") + k + "\": " + (v ? "true" : "false");
-    return *this;
-  }
-  Json& Raw(const char* k, const std::string& v) {
-    Sep();
-    s += std::string("\"") + k + "\": " + v;
-    return *this;
-  }
-  std::string Obj() const { return "{" + s + "}"; }
-};
-std::string Array(const std::vector<std::string>& items) {
-  std::string s = "[";
-  for (size_t i = 0; i < items.size(); ++i) s += (i ? ",\n    " : "\n    ") + items[i];
-  return s + (items.empty() ? "]" : "\n  ]");
-}
 
 // ---- ceilings ------------------------------------------------------------------------------------
 
