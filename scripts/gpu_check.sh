@@ -51,10 +51,10 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
-# Steps to run (comma list): verify (ops), model (fixture parity), kda (gyre_cuda_bench), mla, moe
-# (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
+# Steps to run (comma list): verify (ops), model (fixture parity), kda (gyre_cuda_bench), mla, moe,
+# sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,kda,mla,moe,sanitizer,modelbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,kda,mla,moe,sampling,sanitizer,modelbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -159,8 +159,8 @@ if [[ -n "$GYRE" && -n "$SAN" ]] && has_step sanitizer; then
     [[ $rc -eq 9 || $rc -ge 124 || -z "$summary" ]] && status=1
   done
 fi
-# ---- 5. microbenchmarks of the MLA/DSA and MoE kernels ----
-for b in mla moe; do
+# ---- 5. microbenchmarks of the MLA/DSA, MoE and sampling kernels ----
+for b in mla moe sampling; do
   exe=$PACK/gyre_${b}_cuda_bench
   if has_step "$b" && [[ -x "$exe" ]]; then
     echo "== gyre_${b}_cuda_bench"

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <set>
+#include <map>
 
 #include "ops/basic.h"
 #include "ops/sampling.h"
@@ -57,6 +58,33 @@ TEST(Sampling, GreedyTopKTopPMinP) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(a.Sample(logits, t), b.Sample(logits, t));
   EXPECT_FALSE(ValidateSampling({1.0f, 0, 0.0f, 0.0f, 0}).ok());
   EXPECT_FALSE(ValidateSampling({1.0f, 0, 1.0f, 2.0f, 0}).ok());
+}
+
+TEST(Sampling, SupportIsTheDistributionSampleDrawsFrom) {
+  // Ties at the top-k cut keep the lower id; probabilities are over the kept set.
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 2.0f, -1.0f};
+  const SampleSupport k2 = SamplingSupport(logits, {1.0f, 2, 1.0f, 0.0f, 0});
+  ASSERT_EQ(k2.ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_NEAR(k2.prob[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-12);
+  EXPECT_NEAR(k2.prob[0] + k2.prob[1], 1.0, 1e-12);
+  // top-p cuts at the first prefix whose mass reaches p; the margin says how close that was.
+  const SampleSupport p5 = SamplingSupport(logits, {1.0f, 0, 0.6f, 0.0f, 0});  // p(1) = 0.53 < 0.6
+  EXPECT_EQ(p5.ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_GT(p5.margin, 0.0);
+  EXPECT_TRUE(std::isinf(SamplingSupport(logits, {1.0f, 0, 1.0f, 0.0f, 0}).margin));
+  EXPECT_EQ(SamplingSupport(logits, {}).ids, (std::vector<int32_t>{1}));  // greedy
+  // Empirical frequencies of Sample match the support (a statistic decides: |f - p| < 5 sigma).
+  Sampler s(3);
+  const SamplingParams t{0.8f, 3, 1.0f, 0.0f, 0};
+  const SampleSupport sup = SamplingSupport(logits, t);
+  std::map<int32_t, int> count;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) count[s.Sample(logits, t)]++;
+  for (size_t j = 0; j < sup.ids.size(); ++j) {
+    const double p = sup.prob[j], f = static_cast<double>(count[sup.ids[j]]) / n;
+    EXPECT_LT(std::fabs(f - p), 5 * std::sqrt(p * (1 - p) / n)) << "id " << sup.ids[j];
+  }
+  EXPECT_EQ(count.size(), sup.ids.size());
 }
 
 }  // namespace

@@ -21,8 +21,13 @@ int32_t Argmax(std::span<const float> logits) {
   return best;
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p) {
-  if (p.temperature <= 0.0f) return Argmax(logits);
+SampleSupport SamplingSupport(std::span<const float> logits, const SamplingParams& p) {
+  SampleSupport d;
+  if (p.temperature <= 0.0f) {
+    d.ids = {Argmax(logits)};
+    d.prob = {1.0};
+    return d;
+  }
   const int64_t n = static_cast<int64_t>(logits.size());
   std::vector<int32_t> ids(n);
   std::iota(ids.begin(), ids.end(), 0);
@@ -45,6 +50,7 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p) 
       cum += prob[i];
       if (cum >= p.top_p) {
         cut = i + 1;
+        d.margin = std::min(d.margin, std::min(cum - p.top_p, p.top_p - (cum - prob[i])) / p.top_p);
         break;
       }
     }
@@ -54,17 +60,31 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p) 
     const double thr = p.min_p * prob[0];
     int64_t cut = 1;
     while (cut < keep && prob[cut] >= thr) ++cut;
+    if (cut < keep) d.margin = std::min(d.margin, (thr - prob[cut]) / thr);
+    if (cut > 1) d.margin = std::min(d.margin, (prob[cut - 1] - thr) / thr);
     keep = cut;
   }
   double total = 0;
   for (int64_t i = 0; i < keep; ++i) total += prob[i];
+  d.ids.assign(ids.begin(), ids.begin() + keep);
+  d.prob.resize(keep);
+  for (int64_t i = 0; i < keep; ++i) d.prob[i] = prob[i] / total;
+  return d;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p) {
+  if (p.temperature <= 0.0f) return Argmax(logits);
+  const SampleSupport d = SamplingSupport(logits, p);
+  // The kept probabilities sum to 1 (up to rounding): draw in [0, total) over them in order.
+  double total = 0;
+  for (double v : d.prob) total += v;
   std::uniform_real_distribution<double> u(0.0, total);
   double r = u(rng_), acc = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += prob[i];
-    if (r < acc) return ids[i];
+  for (size_t i = 0; i < d.prob.size(); ++i) {
+    acc += d.prob[i];
+    if (r < acc) return d.ids[i];
   }
-  return ids[keep - 1];
+  return d.ids.back();
 }
 
 }  // namespace gyre::ops

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 
@@ -25,6 +27,18 @@ struct SamplingParams {
 Status ValidateSampling(const SamplingParams& p);
 
 int32_t Argmax(std::span<const float> logits);
+
+// The categorical distribution Sampler::Sample draws from: the kept ids in its sorted order
+// (logit descending, ties → lower id), their probabilities normalised over the kept set (double),
+// and `margin`, the smallest relative distance of a top-p or min-p cut to its threshold (how far
+// a float-precision implementation may be from moving a cut by one token; +inf without cuts).
+// temperature <= 0: {Argmax} with probability 1.
+struct SampleSupport {
+  std::vector<int32_t> ids;
+  std::vector<double> prob;
+  double margin = std::numeric_limits<double>::infinity();
+};
+SampleSupport SamplingSupport(std::span<const float> logits, const SamplingParams& p);
 
 class Sampler {
  public:
