@@ -295,5 +295,8 @@ test('429 with Retry-After when the queue is full', async () => {
   assert.equal(limited[0].headers.get('retry-after'), '1');
   assert.ok(limited[0] instanceof OpenAI.RateLimitError);
   assert.ok(results.some((e) => e === null), 'some requests must succeed');
-  assert.ok(results.every((e) => e === null || e.status === 429), String(results.find((e) => e && e.status !== 429)));
+  const odd = results.find((e) => e && e.status !== 429);
+  // The cause (e.g. ECONNRESET, socket hang up) names what the transport saw; this check failed once
+  // in ~10 CI-like runs with a bare "Connection error" (2026-12-02), not reproduced since.
+  assert.ok(!odd, odd && `${odd} (cause: ${odd.cause?.code ?? ''} ${odd.cause?.message ?? ''})`);
 });
