@@ -1,8 +1,9 @@
-// Helpers shared by the GPU microbenchmarks (src/ops/cuda/*_bench.cu): medians, CUDA-event timing
-// and a minimal JSON writer (the benches must run on a bare CUDA image, so no JSON library).
-// Not for library code.
+// Helpers shared by the GPU microbenchmarks (src/ops/cuda/*_bench.cu): deterministic uniform
+// fills, medians, CUDA-event timing and a minimal JSON writer (the benches must run on a bare CUDA
+// image, so no JSON library). CUDA source: include from .cu files only. Not for library code.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,10 +12,44 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/device_buffer.h"
 
 namespace gyre::cuda::bench {
+
+// A 64-bit mix (murmur3 finaliser) of a counter: the fills below are a function of (seed, index).
+__device__ __forceinline__ uint32_t Hash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+__device__ __forceinline__ float UniformAt(uint64_t seed, int64_t i, float lo, float hi) {
+  return lo + (hi - lo) * (Hash(seed * 0x9E3779B97F4A7C15ULL + i) * (1.0f / 4294967296.0f));
+}
+__global__ void FillUniformKernel(float* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = UniformAt(seed, i, lo, hi);
+}
+__global__ void FillUniformBf16Kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(UniformAt(seed, i, lo, hi));
+}
+
+// p[i] = uniform in [lo, hi) from (seed, i), fp32 or bf16 (round to nearest even); enqueued on s.
+inline Status Fill(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
+  FillUniformKernel<<<2048, 256, 0, s>>>(p, n, seed, lo, hi);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::Ok();
+}
+inline Status FillBf16(void* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
+  FillUniformBf16Kernel<<<2048, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed, lo, hi);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::Ok();
+}
 
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -38,6 +73,36 @@ Result<double> TimeUs(F&& fn, int reps, int inner, cudaStream_t s) {
     t.push_back(1000.0 * ms / inner);
   }
   return Median(t);
+}
+
+// The ceilings every benchmark reports against, measured in the same run.
+// Device-to-device copy of 2 GiB: bytes read + written per second (GB/s).
+inline Result<double> CopyGbps(cudaStream_t s, bool quick = false) {
+  const int64_t bytes = int64_t(1) << 31;
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Create(bytes));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
+  GYRE_RETURN_IF_ERROR(Fill(a.get<float>(), bytes / 4, 1, -1, 1, s));
+  auto copy = [&](int) -> Status {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    return Status::Ok();
+  };
+  GYRE_RETURN_IF_ERROR(copy(0));
+  GYRE_ASSIGN_OR_RETURN(double us, TimeUs(copy, quick ? 3 : 10, 2, s));
+  return 2.0 * bytes / (us * 1e-6) / 1e9;
+}
+
+// cuBLASLt bf16 GEMM 8192³ on random data (TFLOP/s).
+inline Result<double> Bf16GemmTflops(GemmLt& gemm, cudaStream_t s, bool quick = false) {
+  const int64_t n = 8192;
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Create(n * n * 2));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::Create(n * n * 2));
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::Create(n * n * 2));
+  GYRE_RETURN_IF_ERROR(FillBf16(x.get(), n * n, 2, -1, 1, s));
+  GYRE_RETURN_IF_ERROR(FillBf16(w.get(), n * n, 3, -1, 1, s));
+  auto mm = [&](int) { return gemm.Run(GemmDType::kBf16, x.get(), w.get(), y.get(), n, n, n, s); };
+  for (int i = 0; i < 3; ++i) GYRE_RETURN_IF_ERROR(mm(0));
+  GYRE_ASSIGN_OR_RETURN(double us, TimeUs(mm, quick ? 3 : 10, 1, s));
+  return 2.0 * n * n * n / (us * 1e-6) / 1e12;
 }
 
 // One JSON object built field by field; non-finite numbers become null.

@@ -46,41 +46,17 @@
 namespace gyre::cuda {
 namespace {
 
-using namespace bench;  // Median, TimeUs, Json, Array
+using namespace bench;  // CopyGbps, Fill, FillBf16, Median, Json, Array
 
 // ---- helpers -------------------------------------------------------------------------------------
 
 constexpr int64_t kH = 64, kNope = 256, kV = 256, kR = 512, kHi = 32, kDi = 128, kM = 16, kTopk = 2048;
 constexpr int64_t kPage = 64;
 
-__device__ __forceinline__ uint32_t Hash(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-__global__ void fill_uniform(float* p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = lo + (hi - lo) * (Hash(seed * 0x9E3779B97F4A7C15ULL + i) * (1.0f / 4294967296.0f));
-}
-__global__ void fill_uniform_bf16(uint16_t* p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float f = lo + (hi - lo) * (Hash(seed * 0x9E3779B97F4A7C15ULL + i) * (1.0f / 4294967296.0f));
-    p[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);  // truncation: any bf16 value will do
-  }
-}
 // dst[r] = src row rows[r] (width floats).
 __global__ void gather_rows(const float* src, int64_t width, const int64_t* rows, float* dst) {
   const float* s = src + rows[blockIdx.x] * width;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[blockIdx.x * width + c] = s[c];
-}
-
-Status Fill(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
-  fill_uniform<<<2048, 256, 0, s>>>(p, n, seed, lo, hi);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return Status::Ok();
 }
 
 template <typename T>
@@ -108,27 +84,6 @@ double RelL2(const std::vector<float>& a, const std::vector<float>& b) {
 
 
 // ---- ceilings ------------------------------------------------------------------------------------
-
-// Device-to-device copy of 2 GiB, bytes read + written per second.
-Result<double> CopyGbps(cudaStream_t s) {
-  const int64_t bytes = int64_t(1) << 31;
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Create(bytes));
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  GYRE_RETURN_IF_ERROR(Fill(a.get<float>(), bytes / 4, 1, -1, 1, s));
-  GYRE_ASSIGN_OR_RETURN(Event e0, Event::Create());
-  GYRE_ASSIGN_OR_RETURN(Event e1, Event::Create());
-  std::vector<double> t;
-  for (int r = 0; r < 8; ++r) {
-    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e0.get(), s));
-    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
-    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(e1.get(), s));
-    GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e1.get()));
-    float ms = 0;
-    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
-    if (r > 0) t.push_back(ms);
-  }
-  return 2.0 * bytes / (Median(t) * 1e-3) / 1e9;
-}
 
 // ---- case setup ----------------------------------------------------------------------------------
 
@@ -213,8 +168,7 @@ Status SetUp(Case& c, int64_t ctx, int64_t batch, bool prefill, cudaStream_t s) 
   GYRE_RETURN_IF_ERROR(Fill(c.q_idx.get<float>(), T * kHi * kDi, 19, -1, 1, s));
   GYRE_RETURN_IF_ERROR(Fill(c.w.get<float>(), T * kHi, 20, -0.2f, 0.2f, s));
   GYRE_RETURN_IF_ERROR(Fill(c.ape.get<float>(), kM * kDi, 21, -0.5f, 0.5f, s));
-  fill_uniform_bf16<<<2048, 256, 0, s>>>(c.kv_b.get<uint16_t>(), kH * (kNope + kV) * kR, 22, -0.05f, 0.05f);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  GYRE_RETURN_IF_ERROR(FillBf16(c.kv_b.get(), kH * (kNope + kV) * kR, 22, -0.05f, 0.05f, s));
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return Status::Ok();
 }

@@ -35,39 +35,13 @@
 namespace gyre::cuda {
 namespace {
 
-using namespace bench;  // Median, TimeUs, Json, Array
+using namespace bench;  // Fill, FillBf16, Median, TimeUs, Json, Array
 
 using internal::MoeGemmKind;
 using internal::MoeGemmKindName;
 
 // ---- helpers -------------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t Hash(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-__global__ void FillUniform(float* p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = lo + (hi - lo) * (Hash(seed * 0x9E3779B97F4A7C15ULL + i) * (1.0f / 4294967296.0f));
-}
-__global__ void FillUniformBf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16(lo + (hi - lo) * (Hash(seed * 0x9E3779B97F4A7C15ULL + i) * (1.0f / 4294967296.0f)));
-}
-Status Fill(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
-  FillUniform<<<1024, 256, 0, s>>>(p, n, seed, lo, hi);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return Status::Ok();
-}
-Status FillBf16(void* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
-  FillUniformBf16<<<4096, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed, lo, hi);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return Status::Ok();
-}
 
 struct HostRng {
   uint64_t state;
@@ -353,31 +327,8 @@ struct Ceilings {
 
 Result<Ceilings> MeasureCeilings(GemmLt& gemm, cudaStream_t s, bool quick) {
   Ceilings c;
-  {
-    const int64_t bytes = int64_t(1) << 31;
-    GYRE_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Create(bytes));
-    GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-    GYRE_RETURN_IF_ERROR(Fill(a.get<float>(), bytes / 4, 1, -1, 1, s));
-    auto copy = [&](int) -> Status {
-      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
-      return Status::Ok();
-    };
-    GYRE_RETURN_IF_ERROR(copy(0));
-    GYRE_ASSIGN_OR_RETURN(double us, TimeUs(copy, quick ? 3 : 10, 2, s));
-    c.copy_gbps = 2.0 * bytes / (us * 1e-6) / 1e9;
-  }
-  {
-    const int64_t n = 8192;
-    GYRE_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Create(n * n * 2));
-    GYRE_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::Create(n * n * 2));
-    GYRE_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::Create(n * n * 2));
-    GYRE_RETURN_IF_ERROR(FillBf16(x.get(), n * n, 2, -1, 1, s));
-    GYRE_RETURN_IF_ERROR(FillBf16(w.get(), n * n, 3, -1, 1, s));
-    auto mm = [&](int) { return gemm.Run(GemmDType::kBf16, x.get(), w.get(), y.get(), n, n, n, s); };
-    for (int i = 0; i < 3; ++i) GYRE_RETURN_IF_ERROR(mm(0));
-    GYRE_ASSIGN_OR_RETURN(double us, TimeUs(mm, quick ? 3 : 10, 1, s));
-    c.bf16_tflops = 2.0 * n * n * n / (us * 1e-6) / 1e12;
-  }
+  GYRE_ASSIGN_OR_RETURN(c.copy_gbps, CopyGbps(s, quick));
+  GYRE_ASSIGN_OR_RETURN(c.bf16_tflops, Bf16GemmTflops(gemm, s, quick));
   return c;
 }
 

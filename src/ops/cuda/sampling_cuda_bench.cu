@@ -33,7 +33,7 @@
 namespace gyre::cuda {
 namespace {
 
-using namespace bench;  // Median, Json, Array
+using namespace bench;  // CopyGbps, Median, Json, Array
 
 constexpr int64_t kModelVocab = 154880;
 
@@ -525,20 +525,6 @@ struct BenchRow {
   }
 };
 
-Result<double> MeasureCopyGbps(cudaStream_t s) {
-  const size_t bytes = size_t(1) << 30;
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Create(bytes));
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(bytes));
-  GYRE_ASSIGN_OR_RETURN(double us, TimeStreamUs(
-                                       [&] {
-                                         GYRE_CUDA_RETURN_IF_ERROR(
-                                             cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
-                                         return Status::Ok();
-                                       },
-                                       5, 2, s));
-  return 2.0 * bytes / (us * 1e-6) / 1e9;  // read + write
-}
-
 Status Bench(double copy_gbps, bool quick, std::vector<BenchRow>* out, cudaStream_t s) {
   const int64_t v = kModelVocab, max_rows = 256;
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer dl, DeviceBuffer::Create(max_rows * v * 4));
@@ -694,7 +680,7 @@ Status Run(Report& rep) {
   if (rep.check_only || rep.sanitize) return Status::Ok();
 
   // ---- bench ----
-  GYRE_ASSIGN_OR_RETURN(rep.copy_gbps, MeasureCopyGbps(s));
+  GYRE_ASSIGN_OR_RETURN(rep.copy_gbps, CopyGbps(s));
   std::printf("bench V=%lld (device copy %.0f GB/s): us per call, stream | graph; read floor; argmax kernel\n",
               static_cast<long long>(kModelVocab), rep.copy_gbps);
   GYRE_RETURN_IF_ERROR(Bench(rep.copy_gbps, rep.quick, &rep.bench, s));
