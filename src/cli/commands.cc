@@ -147,14 +147,7 @@ int RunGenerate(const GenerateArgs& a) {
     co.page_tokens = 64;
     auto gpu = CudaModel::FromHost((*model)->config(), (*model)->weights(), co);
     if (!gpu) return Fail(gpu.error());
-    auto seq = (*gpu)->NewSequence();
-    if (!seq) return Fail(seq.error());
-    auto step = [&](std::span<const RaggedPiece> pieces, std::vector<float>* logits) -> Status {
-      std::vector<CudaModel::Input> batch;
-      for (const RaggedPiece& p : pieces) batch.push_back({*seq, p.ids, false});
-      return (*gpu)->Forward(batch, logits);
-    };
-    res = GenerateWith((*model)->config(), step, {prompt}, go, on_token);
+    res = Generate(**gpu, {prompt}, go, on_token);  // sampling on the device, ids back only
 #else
     return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
 #endif

@@ -12,7 +12,12 @@
 #include <sstream>
 
 #include "engine/engine.h"
+#include "model/config.h"
 #include "runtime/model.h"
+#include "runtime/model_runner.h"
+#ifdef GYRE_CUDA
+#include "runtime/cuda_model.h"
+#endif
 #include "serve/chat_template.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +43,14 @@ struct ServeArgs {
   std::string chat_template;
   int http_threads = 2;
   std::string act = "f32";
+  // Backend.
+  std::string backend = "cpu";
+  std::string config;             // --config FILE: random weights (cuda)
+  bool random_weights = false;
+  std::string tokenizer;          // tokenizer.json for --config (default: the bundled fixture tokenizer)
+  std::string dtype = "auto";     // cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16
+  double gpu_memory_utilization = 0.9;
+  uint64_t seed = 0;
 };
 
 int Fail(const Status& s) {
@@ -97,15 +110,38 @@ int RunServe(const ServeArgs& a) {
   if (a.act == "bf16") mo.act = ActDType::kBf16;
   else if (a.act != "f32") return Fail(Status::InvalidArgument("--act must be f32 or bf16"));
 
-  auto model = Model::Load(a.model, mo);
-  if (!model.ok()) return Fail(model.error());
-  auto tok = Tokenizer::FromFile(a.model);
-  if (!tok.ok()) return Fail(tok.error().WithContext("the model folder needs a tokenizer.json"));
+  const bool cuda = a.backend == "cuda";
+  const bool random = !a.config.empty();
+  if (random && !cuda) return Fail(Status::InvalidArgument("--config (random weights) needs --backend cuda"));
+  if (a.random_weights && !random) return Fail(Status::InvalidArgument("--random-weights needs --config FILE"));
+  std::unique_ptr<Model> model;   // the CPU model (cpu backend; host weights for --backend cuda --model)
+  ModelConfig config;
+  std::string tok_path = a.model;
+  std::string model_name = BaseName(a.model);
+  if (random) {
+    auto text = ReadFile(a.config);
+    if (!text.ok()) return Fail(text.error());
+    auto c = ParseModelConfig(*text);
+    if (!c.ok()) return Fail(c.error().WithContext(a.config));
+    config = *c;
+    tok_path = a.tokenizer.empty() ? "tests/fixtures/tokenizer/tokenizer.json" : a.tokenizer;
+    model_name = BaseName(a.config);
+  } else {
+    auto m = Model::Load(a.model, mo);
+    if (!m.ok()) return Fail(m.error());
+    model = std::move(*m);
+    config = model->config();
+    if (!a.tokenizer.empty()) tok_path = a.tokenizer;
+  }
+  auto tok = Tokenizer::FromFile(tok_path);
+  if (!tok.ok()) return Fail(tok.error().WithContext(random ? "--tokenizer" : "the model folder needs a tokenizer.json"));
   TokenizerConfig tc;
-  if (auto c = LoadTokenizerConfig(a.model); c.ok()) {
-    tc = *c;
-  } else if (c.error().code() != StatusCode::kNotFound) {
-    return Fail(c.error());
+  if (!random) {
+    if (auto c = LoadTokenizerConfig(a.model); c.ok()) {
+      tc = *c;
+    } else if (c.error().code() != StatusCode::kNotFound) {
+      return Fail(c.error());
+    }
   }
 
   Status tpl_error;
@@ -128,7 +164,41 @@ int RunServe(const ServeArgs& a) {
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_waiting = a.max_waiting;
   eo.max_model_len = a.max_model_len;
-  auto engine = Engine::Create(**model, eo);
+  Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
+  std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
+  std::string backend_line = "cpu";
+  if (cuda) {
+#ifdef GYRE_CUDA
+    CudaModelOptions co;
+    co.bf16_weights = a.dtype == "bf16" || a.dtype == "bfloat16" || (a.dtype == "auto" && random);
+    co.max_seqs = a.max_num_seqs;
+    co.max_batch_tokens = a.max_num_batched_tokens;
+    co.page_tokens = a.kv_page_tokens;
+    co.seed = a.seed;
+    co.gpu_memory_utilization = a.gpu_memory_utilization;
+    co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
+    auto gpu = random ? CudaModel::Random(config, co) : CudaModel::FromHost(config, model->weights(), co);
+    if (!gpu.ok()) return Fail(gpu.error());
+    const CudaModelStats st = (*gpu)->stats();
+    const RunnerCapacity cap = (*gpu)->capacity();
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "cuda (%s weights, %.2f GiB; KV pool %lld pages x %lld tokens = %.2f GiB, from "
+                  "--gpu-memory-utilization %.2f; %lld state slots = %.2f GiB; scratch %.2f GiB)",
+                  co.bf16_weights ? "bf16" : "f32", st.weight_bytes / 1073741824.0,
+                  static_cast<long long>(cap.num_pages), static_cast<long long>(cap.page_tokens),
+                  st.kv_bytes / 1073741824.0, a.gpu_memory_utilization, static_cast<long long>(cap.num_slots),
+                  st.state_bytes / 1073741824.0, st.scratch_bytes / 1073741824.0);
+    backend_line = line;
+    runner = std::move(*gpu);
+    eo.max_model_len = a.max_model_len > 0 ? a.max_model_len : std::min(co.max_seq_tokens, cap.num_pages * cap.page_tokens);
+    engine = Engine::Create(*runner, eo);
+#else
+    return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
+#endif
+  } else {
+    engine = Engine::Create(*model, eo);
+  }
   if (!engine.ok()) return Fail(engine.error());
   if (Status s = (*engine)->Start(); !s.ok()) return Fail(s);
 
@@ -143,7 +213,7 @@ int RunServe(const ServeArgs& a) {
   so.http.host = a.host;
   so.http.port = a.port;
   so.http.num_threads = a.http_threads;
-  so.served_model_name = a.served_model_name.empty() ? BaseName(a.model) : a.served_model_name;
+  so.served_model_name = a.served_model_name.empty() ? model_name : a.served_model_name;
   so.api_key = a.api_key;
   so.kv_page_tokens = a.kv_page_tokens;
   auto server = serve::Server::Create(std::move(deps), so);
@@ -156,6 +226,7 @@ int RunServe(const ServeArgs& a) {
     return Fail(s);
   }
   std::printf("%s\n", (*server)->Banner().c_str());
+  std::printf("gyre serve: backend %s\n", backend_line.c_str());
   if (!tpl_origin.empty()) std::printf("gyre serve: chat template from %s\n", tpl_origin.c_str());
   std::fflush(stdout);
 
@@ -215,7 +286,18 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
       ->check(CLI::NonNegativeNumber);
   s->add_option("--chat-template", args->chat_template, "Jinja chat template file");
   s->add_option("--http-threads", args->http_threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 256));
-  s->add_option("--act", args->act, "activation dtype: f32 (default) or bf16");
+  s->add_option("--act", args->act, "cpu: activation dtype f32 (default) or bf16");
+  s->add_option("--backend", args->backend, "cpu (default) or cuda (the model on one GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  s->add_option("--config", args->config, "cuda: config.json served with random weights built on the GPU (benchmarks)");
+  s->add_flag("--random-weights", args->random_weights, "with --config (the default for --config)");
+  s->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: the model folder's; with --config the bundled one)");
+  s->add_option("--dtype", args->dtype, "cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "float32", "bf16", "bfloat16"}));
+  s->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
+                "cuda: fraction of the GPU memory free after weights and scratch that the KV page pool takes (default 0.9)")
+      ->check(CLI::Range(0.01, 1.0));
+  s->add_option("--seed", args->seed, "cuda --config: random-weight seed");
   s->callback([args, runner] { *runner = [args] { return RunServe(*args); }; });
 }
 

@@ -1,6 +1,6 @@
 // Engine implementation: one engine thread, FCFS continuous batching with chunked prefill and
-// recompute preemption. Sections: request record; EngineImpl (submit/cancel/stats); the step
-// (schedule → forward → sample → emit); factory.
+// recompute preemption over a ModelRunner. Sections: request record; EngineImpl (submit/cancel/
+// stats); the step (schedule → runner step (forward + sample) → emit); factory.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -13,8 +13,10 @@
 #include <thread>
 
 #include "core/trace.h"
+#include "runtime/cpu_runner.h"
 #include "runtime/memory_pools.h"
 #include "runtime/model.h"
+#include "runtime/model_runner.h"
 
 namespace gyre {
 
@@ -38,39 +40,24 @@ struct Request {
   std::shared_ptr<RequestSink> sink;
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t num_prompt = 0;
-  int64_t num_computed = 0;     // tokens already in `state`
-  std::unique_ptr<SequenceState> state;  // null while waiting (or after preemption)
-  std::unique_ptr<ops::Sampler> sampler;
+  int64_t num_computed = 0;     // tokens already in the runner's cache for this request
+  SlotId slot = -1;             // -1 while waiting (or after preemption)
+  std::vector<PageId> pages;    // block table
   bool cancel = false;
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
 };
-
-// log-softmax of `logits` at `id`, and the top `k` alternatives.
-void LogProbs(std::span<const float> logits, int32_t id, int32_t k, TokenEvent* ev) {
-  float mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, v);
-  double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  const double lse = mx + std::log(sum);
-  ev->logprob = static_cast<float>(logits[id] - lse);
-  if (k <= 0) return;
-  std::vector<int32_t> idx(logits.size());
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
-  k = std::min<int32_t>(k, static_cast<int32_t>(idx.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  for (int32_t i = 0; i < k; ++i) ev->top.push_back({idx[i], static_cast<float>(logits[idx[i]] - lse)});
-}
 
 // ---- EngineImpl ----------------------------------------------------------------------------------
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(const Model& model, const EngineOptions& o, int64_t num_pages, int64_t max_model_len)
-      : model_(model),
+  EngineImpl(ModelRunner& runner, std::unique_ptr<ModelRunner> owned, const EngineOptions& o, int64_t max_model_len)
+      : owned_runner_(std::move(owned)),
+        runner_(runner),
+        cap_(runner.capacity()),
         opts_(o),
-        kv_(model.config(), o.kv_page_tokens, num_pages, false),
-        kda_(model.config(), o.max_num_seqs, false),
+        pages_(cap_.num_pages, "KV pages"),
+        slots_(std::min(o.max_num_seqs, cap_.num_slots), "KDA state slots"),
         max_model_len_(max_model_len) {}
 
   ~EngineImpl() override { Stop(); }
@@ -99,7 +86,7 @@ class EngineImpl final : public Engine {
   }
 
   Result<RequestId> Submit(RequestParams p, std::shared_ptr<RequestSink> sink) override {
-    const ModelConfig& c = model_.config();
+    const ModelConfig& c = runner_.config();
     if (p.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
     for (int32_t id : p.prompt) {
       if (id < 0 || id >= c.vocab_size) {
@@ -122,7 +109,6 @@ class EngineImpl final : public Engine {
     r->sink = std::move(sink);
     r->tokens = r->params.prompt;
     r->num_prompt = static_cast<int64_t>(r->tokens.size());
-    r->sampler = std::make_unique<ops::Sampler>(r->params.sampling.seed);
     std::lock_guard<std::mutex> l(mu_);
     if (!running_flag_) return Status::Unavailable("the engine is not running");
     if (static_cast<int64_t>(inbox_.size() + num_waiting_) >= opts_.max_waiting) {
@@ -148,7 +134,7 @@ class EngineImpl final : public Engine {
     std::lock_guard<std::mutex> l(mu_);
     return stats_;
   }
-  const Model& model() const override { return model_; }
+  const ModelConfig& config() const override { return runner_.config(); }
 
  private:
   // ---- the engine thread ----
@@ -193,8 +179,29 @@ class EngineImpl final : public Engine {
       if (r->id == id) r->cancel = true;
   }
 
+  // Pages and slot back to the pools (the runner's storage behind them is dead until reused).
+  void FreeMemory(Request& r) {
+    pages_.Release(r.pages);
+    r.pages.clear();
+    if (r.slot >= 0) slots_.Release(r.slot);
+    r.slot = -1;
+    r.num_computed = 0;
+  }
+
+  int64_t PagesFor(int64_t tokens) const {
+    return cap_.num_pages > 0 ? (tokens + cap_.page_tokens - 1) / cap_.page_tokens : 0;
+  }
+  // Takes pages so that `r` holds `tokens` tokens. REQUIRES: enough free (checked by the caller).
+  void Grow(Request& r, int64_t tokens) {
+    const int64_t extra = PagesFor(tokens) - static_cast<int64_t>(r.pages.size());
+    if (extra <= 0) return;
+    auto got = pages_.Allocate(extra);
+    GYRE_CHECK(got.ok());
+    r.pages.insert(r.pages.end(), got->begin(), got->end());
+  }
+
   void Finish(Request& r, FinishReason reason, const Status& s = Status()) {
-    r.state.reset();  // pages and slot back to the pools now
+    FreeMemory(r);
     ++requests_finished_;
     r.sink->OnFinish(reason, s, Usage{r.num_prompt, r.num_generated()});
   }
@@ -217,8 +224,7 @@ class EngineImpl final : public Engine {
   void PreemptNewest() {
     auto victim = std::move(running_.back());
     running_.pop_back();
-    victim->state.reset();
-    victim->num_computed = 0;
+    FreeMemory(*victim);
     ++num_preemptions_;
     trace::Record({"preempt", "sched", trace::NowNs(), -1, trace::ThreadId(), trace::Attrs{.request = victim->id}});
     waiting_.push_front(std::move(victim));
@@ -226,37 +232,35 @@ class EngineImpl final : public Engine {
 
   void Step() {
     GYRE_SPAN("engine.step", "sched");
-    const int64_t V = model_.config().vocab_size;
-    int64_t budget = opts_.max_num_batched_tokens;
+    int64_t budget = std::min(opts_.max_num_batched_tokens, cap_.max_step_tokens);
+    const size_t max_pieces = static_cast<size_t>(std::max<int64_t>(1, cap_.max_step_pieces));
     std::vector<Request*> sched;
     std::vector<int64_t> counts;
     // 1. Running requests: decodes (1 token) and unfinished prefills, oldest first. A request that
     //    cannot get a page preempts the newest running request (possibly itself).
-    for (size_t i = 0; i < running_.size() && budget > 0;) {
+    for (size_t i = 0; i < running_.size() && budget > 0 && sched.size() < max_pieces;) {
       Request* r = running_[i].get();
       const int64_t left = static_cast<int64_t>(r->tokens.size()) - r->num_computed;
       const int64_t n = std::min(left, budget);
-      if (r->state->ExtraPagesFor(r->num_computed + n) > kv_.num_free()) {
+      if (PagesFor(r->num_computed + n) - static_cast<int64_t>(r->pages.size()) > pages_.num_free()) {
         PreemptNewest();
         continue;  // retry the same index (the list shrank from the back)
       }
-      GYRE_CHECK(r->state->Reserve(r->num_computed + n).ok());
+      Grow(*r, r->num_computed + n);
       sched.push_back(r);
       counts.push_back(n);
       budget -= n;
       ++i;
     }
     // 2. Admit waiting requests FCFS while a slot, pages and budget allow.
-    while (budget > 0 && !waiting_.empty()) {
+    while (budget > 0 && !waiting_.empty() && sched.size() < max_pieces) {
       Request* r = waiting_.front().get();
-      if (kda_.num_free() == 0) break;
-      const int64_t left = static_cast<int64_t>(r->tokens.size());
-      const int64_t n = std::min(left, budget);
-      if ((n + kv_.page_tokens() - 1) / kv_.page_tokens() > kv_.num_free() && kv_.layout().row_floats > 0) break;
-      auto st = SequenceState::Create(model_.config(), &kv_, &kda_);
-      if (!st.ok()) break;
-      r->state = std::move(*st);
-      GYRE_CHECK(r->state->Reserve(n).ok());
+      if (slots_.num_free() == 0) break;
+      const int64_t n = std::min(static_cast<int64_t>(r->tokens.size()), budget);
+      if (PagesFor(n) > pages_.num_free()) break;
+      r->slot = *slots_.AllocateOne();
+      r->num_computed = 0;
+      Grow(*r, n);
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
       sched.push_back(r);
@@ -264,14 +268,23 @@ class EngineImpl final : public Engine {
       budget -= n;
     }
     if (sched.empty()) return;
-    // 3. One forward over the ragged batch.
-    std::vector<SeqInput> batch;
+    // 3. One runner step over the ragged batch; pieces that reach the end of their tokens sample.
+    std::vector<StepPiece> pieces;
     for (size_t i = 0; i < sched.size(); ++i) {
       Request* r = sched[i];
-      batch.push_back({r->state.get(), std::span<const int32_t>(r->tokens).subspan(r->num_computed, counts[i]), false});
+      StepPiece p;
+      p.slot = r->slot;
+      p.pages = r->pages;
+      p.start = r->num_computed;
+      p.ids = std::span<const int32_t>(r->tokens).subspan(r->num_computed, counts[i]);
+      p.sample.enabled = r->num_computed + counts[i] == static_cast<int64_t>(r->tokens.size());
+      p.sample.params = r->params.sampling;
+      p.sample.offset = static_cast<uint64_t>(r->num_generated());
+      p.sample.top_logprobs = r->params.top_logprobs;
+      pieces.push_back(p);
     }
-    std::vector<float> logits;
-    Status s = model_.Forward(batch, &logits);
+    std::vector<SampledToken> sampled;
+    Status s = runner_.Step(pieces, &sampled);
     if (!s.ok()) {
       for (Request* r : sched) r->cancel = true;  // states are unknown now: end these requests
       for (auto it = running_.begin(); it != running_.end();) {
@@ -284,24 +297,24 @@ class EngineImpl final : public Engine {
       }
       return;
     }
-    // 4. Sample where a request reached the end of its tokens; emit; stop checks.
-    std::vector<int32_t> stops_eos = model_.config().eos_token_ids;
+    // 4. Emit sampled tokens; stop checks.
+    const std::vector<int32_t>& stops_eos = runner_.config().eos_token_ids;
     for (size_t i = 0; i < sched.size(); ++i) {
       Request* r = sched[i];
       r->num_computed += counts[i];
-      if (r->num_computed < static_cast<int64_t>(r->tokens.size())) continue;  // prefill continues
-      std::span<const float> row(&logits[i * V], V);
-      const int32_t id = r->sampler->Sample(row, r->params.sampling);
+      if (!pieces[i].sample.enabled) continue;  // prefill continues
+      const SampledToken& t = sampled[i];
       TokenEvent ev;
-      ev.id = id;
-      LogProbs(row, id, r->params.top_logprobs, &ev);
-      r->tokens.push_back(id);
+      ev.id = t.id;
+      ev.logprob = t.logprob;
+      ev.top = t.top;
+      r->tokens.push_back(t.id);
       if (r->num_generated() == 1) prompt_tokens_total_ += r->num_prompt;
       ++generation_tokens_total_;
       r->sink->OnToken(ev);
       const auto& p = r->params;
-      const bool stop = std::find(p.stop_ids.begin(), p.stop_ids.end(), id) != p.stop_ids.end() ||
-                        (!p.ignore_eos && std::find(stops_eos.begin(), stops_eos.end(), id) != stops_eos.end());
+      const bool stop = std::find(p.stop_ids.begin(), p.stop_ids.end(), t.id) != p.stop_ids.end() ||
+                        (!p.ignore_eos && std::find(stops_eos.begin(), stops_eos.end(), t.id) != stops_eos.end());
       if (stop) {
         finish_reason_[r->id] = FinishReason::kStop;
       } else if (r->num_generated() >= p.max_tokens) {
@@ -325,12 +338,12 @@ class EngineImpl final : public Engine {
     num_waiting_ = static_cast<int64_t>(waiting_.size());
     stats_.num_running = static_cast<int64_t>(running_.size());
     stats_.num_waiting = num_waiting_ + static_cast<int64_t>(inbox_.size());
-    stats_.kv_pages_total = kv_.num_pages();
-    stats_.kv_pages_used = kv_.num_used();
-    stats_.kda_slots_total = kda_.num_slots();
-    stats_.kda_slots_used = kda_.num_used();
-    stats_.kv_bytes_per_page = kv_.bytes_per_page();
-    stats_.kda_bytes_per_slot = kda_.bytes_per_slot();
+    stats_.kv_pages_total = pages_.size();
+    stats_.kv_pages_used = pages_.num_used();
+    stats_.kda_slots_total = slots_.size();
+    stats_.kda_slots_used = slots_.num_used();
+    stats_.kv_bytes_per_page = cap_.bytes_per_page;
+    stats_.kda_bytes_per_slot = cap_.bytes_per_slot;
     stats_.num_preemptions = num_preemptions_;
     stats_.prompt_tokens_total = prompt_tokens_total_;
     stats_.generation_tokens_total = generation_tokens_total_;
@@ -339,12 +352,14 @@ class EngineImpl final : public Engine {
   }
 
   // Constant after construction.
-  const Model& model_;
+  const std::unique_ptr<ModelRunner> owned_runner_;  // Create(const Model&): the CPU runner
+  ModelRunner& runner_;
+  const RunnerCapacity cap_;
   const EngineOptions opts_;
 
-  // Engine thread only.
-  KvPagePool kv_;
-  KdaSlotPool kda_;
+  // Engine thread only: the bookkeeping of both caches.
+  IdPool pages_;
+  IdPool slots_;
   std::deque<std::unique_ptr<Request>> running_;
   std::deque<std::unique_ptr<Request>> waiting_;
   std::map<RequestId, FinishReason> finish_reason_;
@@ -368,31 +383,58 @@ class EngineImpl final : public Engine {
 
 // ---- factory -------------------------------------------------------------------------------------
 
-Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& o) {
+namespace {
+Status ValidateOptions(const EngineOptions& o) {
   if (o.max_num_seqs < 1) return Status::InvalidArgument("max_num_seqs must be >= 1");
   if (o.kv_page_tokens < 1) return Status::InvalidArgument("kv_page_tokens must be >= 1");
   if (o.max_num_batched_tokens < 1) return Status::InvalidArgument("max_num_batched_tokens must be >= 1");
   if (o.max_waiting < 1) return Status::InvalidArgument("max_waiting must be >= 1");
-  const AttnRowLayout layout(model.config());
-  const int64_t page_bytes = o.kv_page_tokens * layout.row_floats * static_cast<int64_t>(sizeof(float));
-  int64_t num_pages = 0, max_len = 1 << 20;
-  if (page_bytes > 0) {
-    num_pages = o.kv_memory_bytes / page_bytes;
-    if (num_pages < 1) {
-      return Status::ResourceExhausted("kv memory budget " + std::to_string(o.kv_memory_bytes) +
-                                       " B holds no page of " + std::to_string(page_bytes) + " B");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<ModelRunner> owned,
+                                           const EngineOptions& o) {
+  GYRE_RETURN_IF_ERROR(ValidateOptions(o));
+  const RunnerCapacity cap = runner.capacity();
+  if (cap.num_slots < 1) return Status::InvalidArgument("the model runner has no state slot");
+  const bool paged = cap.bytes_per_page > 0;
+  int64_t max_len = 1 << 20;
+  if (paged) {
+    if (cap.num_pages < 1) {
+      return Status::ResourceExhausted("the KV budget holds no page of " + std::to_string(cap.bytes_per_page) + " B");
     }
-    max_len = num_pages * o.kv_page_tokens;
+    max_len = cap.num_pages * cap.page_tokens;
   }
   if (o.max_model_len > 0) {
-    if (page_bytes > 0 && o.max_model_len > max_len) {
+    if (paged && o.max_model_len > max_len) {
       return Status::ResourceExhausted("max_model_len " + std::to_string(o.max_model_len) +
                                        " exceeds what the kv memory budget holds (" + std::to_string(max_len) +
                                        " tokens)");
     }
     max_len = o.max_model_len;
   }
-  return std::unique_ptr<Engine>(new EngineImpl(model, o, num_pages, max_len));
+  return std::unique_ptr<Engine>(new EngineImpl(runner, std::move(owned), o, max_len));
+}
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner& runner, const EngineOptions& o) {
+  return CreateOver(runner, nullptr, o);
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& o) {
+  GYRE_RETURN_IF_ERROR(ValidateOptions(o));
+  CpuRunnerOptions ro;
+  ro.page_tokens = o.kv_page_tokens;
+  ro.num_slots = o.max_num_seqs;
+  ro.num_pages = CpuRunner::PagesForBytes(model.config(), o.kv_page_tokens, o.kv_memory_bytes);
+  if (AttnRowLayout(model.config()).row_floats > 0 && ro.num_pages < 1) {
+    return Status::ResourceExhausted("kv memory budget " + std::to_string(o.kv_memory_bytes) + " B holds no page of " +
+                                     std::to_string(o.kv_page_tokens * AttnRowLayout(model.config()).row_floats * 4) +
+                                     " B");
+  }
+  GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CpuRunner> r, CpuRunner::Create(model, ro));
+  ModelRunner& ref = *r;
+  return CreateOver(ref, std::move(r), o);
 }
 
 }  // namespace gyre

@@ -1,6 +1,7 @@
-// Engine: continuous batching over one Model. Requests are submitted from any thread; one engine
-// thread owns the scheduler, the two memory pools (paged DSA/MLA latent cache, KDA state slots)
-// and runs Model::Forward steps that mix prefill chunks and decodes.
+// Engine: continuous batching over one model runner (runtime/model_runner.h), the same code for
+// every backend. Requests are submitted from any thread; one engine thread owns the scheduler and
+// the bookkeeping of both caches (page and slot ids, block tables, preemption) and runs runner
+// steps that mix prefill chunks and decodes; the runner owns the storage and samples.
 //
 // Lifecycle: Create → Start → Submit/Cancel … → Stop (idempotent; cancels what is in flight and
 // waits until every request has reached its terminal event).
@@ -21,6 +22,8 @@
 namespace gyre {
 
 class Model;
+class ModelRunner;
+struct ModelConfig;
 
 using RequestId = int64_t;
 
@@ -55,7 +58,8 @@ class RequestSink {
 };
 
 struct EngineOptions {
-  int64_t max_num_seqs = 16;             // concurrent running sequences = KDA state slots
+  int64_t max_num_seqs = 16;             // concurrent running sequences (<= the runner's slots)
+  // Create(const Model&) only: the CPU runner's storage (a runner brings its own otherwise).
   int64_t kv_page_tokens = 16;           // tokens per DSA/MLA latent-cache page
   int64_t kv_memory_bytes = 256 << 20;   // budget of the paged latent cache (all layers)
   int64_t max_num_batched_tokens = 256;  // per-step token budget (prefill chunks + decodes)
@@ -80,6 +84,11 @@ class Engine {
   virtual ~Engine() = default;
   // Errors: InvalidArgument for inconsistent options; ResourceExhausted if the budget cannot
   // hold even one maximal sequence page set.
+  // Over `runner` (must outlive the engine): max_num_seqs and max_num_batched_tokens are capped by
+  // its capacity, the page budget is the runner's page pool.
+  static Result<std::unique_ptr<Engine>> Create(ModelRunner& runner, const EngineOptions& opts);
+  // Over the CPU model: the engine owns a CpuRunner sized by kv_memory_bytes / kv_page_tokens /
+  // max_num_seqs.
   static Result<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& opts);
 
   virtual Status Start() = 0;
@@ -93,7 +102,7 @@ class Engine {
   virtual void Cancel(RequestId id) = 0;
 
   virtual EngineStats Stats() const = 0;
-  virtual const Model& model() const = 0;
+  virtual const ModelConfig& config() const = 0;
 };
 
 }  // namespace gyre

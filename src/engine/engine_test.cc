@@ -1,18 +1,25 @@
 // Engine: continuous batching gives the same greedy tokens as standalone generation, under
-// preemption and chunked prefill; every request ends exactly once; pools return to empty.
+// preemption and chunked prefill; every request ends exactly once; pools return to empty; seeded
+// sampling does not depend on the batch. The runner tests run on every backend built (CPU always;
+// the CUDA model in CUDA builds, on a GPU: `test_engine --gtest_filter='*cuda*'`).
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "model/random_weights.h"
+#include "runtime/cpu_runner.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
+#ifdef GYRE_CUDA
+#include "runtime/cuda_model.h"
+#endif
 
 namespace gyre {
 namespace {
@@ -69,9 +76,58 @@ std::vector<int32_t> Ids(int64_t n, uint64_t seed) {
   return v;
 }
 
-void ExpectMatchesStandalone(const EngineOptions& eo, int num_requests, bool expect_preemption) {
+// A backend: builds a runner over `model` with `slots` state slots and `pages` pages.
+struct Backend {
+  std::string name;
+  std::function<Result<std::unique_ptr<ModelRunner>>(const Model&, int64_t slots, int64_t page_tokens, int64_t pages)> make;
+};
+
+std::vector<Backend> Backends() {
+  std::vector<Backend> b;
+  b.push_back({"cpu", [](const Model& m, int64_t slots, int64_t pt, int64_t pages) -> Result<std::unique_ptr<ModelRunner>> {
+                 CpuRunnerOptions o;
+                 o.num_slots = slots;
+                 o.page_tokens = pt;
+                 o.num_pages = pages;
+                 GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CpuRunner> r, CpuRunner::Create(m, o));
+                 return std::unique_ptr<ModelRunner>(std::move(r));
+               }});
+#ifdef GYRE_CUDA
+  b.push_back({"cuda", [](const Model& m, int64_t slots, int64_t pt, int64_t pages) -> Result<std::unique_ptr<ModelRunner>> {
+                 CudaModelOptions o;  // fp32 weights: the CPU engine's function
+                 o.max_seqs = slots;
+                 o.max_batch_tokens = 256;
+                 o.page_tokens = pt;
+                 o.kv_tokens = pages * pt;
+                 GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> r, CudaModel::FromHost(m.config(), m.weights(), o));
+                 return std::unique_ptr<ModelRunner>(std::move(r));
+               }});
+#endif
+  return b;
+}
+
+class EngineOnRunner : public ::testing::TestWithParam<Backend> {};
+
+int64_t PagesFor(const EngineOptions& eo) {
+  return CpuRunner::PagesForBytes(*ParseModelConfig(kConfig), eo.kv_page_tokens, eo.kv_memory_bytes);
+}
+
+// Standalone generation on a fresh runner of the same backend (one sequence, enough pages).
+std::vector<int32_t> Standalone(const Backend& be, const Model& model, const std::vector<int32_t>& prompt,
+                                const GenerateOptions& go) {
+  auto r = be.make(model, 1, 16, (static_cast<int64_t>(prompt.size()) + go.max_tokens) / 16 + 2);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return {};
+  auto res = Generate(**r, {prompt}, go);
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  return res.ok() ? (*res)[0].ids : std::vector<int32_t>{};
+}
+
+void ExpectMatchesStandalone(const Backend& be, const EngineOptions& eo, int num_requests, bool expect_preemption) {
   auto model = MakeModel();
-  auto engine = Engine::Create(*model, eo);
+  auto runner = be.make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  auto engine = Engine::Create(**runner, eo);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   ASSERT_TRUE((*engine)->Start().ok());
   std::vector<std::shared_ptr<Collector>> sinks;
@@ -91,9 +147,7 @@ void ExpectMatchesStandalone(const EngineOptions& eo, int num_requests, bool exp
   go.max_tokens = 10;
   go.ignore_eos = true;
   for (int i = 0; i < num_requests; ++i) {
-    auto ref = Generate(*model, {prompts[i]}, go);
-    ASSERT_TRUE(ref.ok());
-    EXPECT_EQ(sinks[i]->ids, (*ref)[0].ids) << "request " << i;
+    EXPECT_EQ(sinks[i]->ids, Standalone(be, *model, prompts[i], go)) << "request " << i;
     EXPECT_EQ(sinks[i]->num_finish, 1);
     EXPECT_EQ(sinks[i]->reason, FinishReason::kLength);
     EXPECT_EQ(sinks[i]->usage.prompt_tokens, static_cast<int64_t>(prompts[i].size()));
@@ -108,26 +162,81 @@ void ExpectMatchesStandalone(const EngineOptions& eo, int num_requests, bool exp
   EXPECT_EQ(st.kda_slots_used, 0);
   EXPECT_EQ(st.num_running, 0);
   EXPECT_EQ(st.requests_finished, num_requests);
-  if (expect_preemption) EXPECT_GT(st.num_preemptions, 0);
+  if (expect_preemption) {
+    EXPECT_GT(st.num_preemptions, 0);
+  }
   (*engine)->Stop();
 }
 
-TEST(Engine, ContinuousBatchingMatchesStandaloneGreedy) {
+TEST_P(EngineOnRunner, ContinuousBatchingMatchesStandaloneGreedy) {
   EngineOptions eo;
   eo.max_num_seqs = 4;
   eo.max_num_batched_tokens = 32;  // forces chunked prefill of the longer prompts
-  ExpectMatchesStandalone(eo, 10, false);
+  ExpectMatchesStandalone(GetParam(), eo, 10, false);
 }
 
-TEST(Engine, PreemptionUnderMemoryPressureKeepsResults) {
+TEST_P(EngineOnRunner, PreemptionUnderMemoryPressureKeepsResults) {
   EngineOptions eo;
   eo.max_num_seqs = 4;
   eo.kv_page_tokens = 4;
   eo.max_num_batched_tokens = 64;
   const AttnRowLayout lay(*ParseModelConfig(kConfig));
   eo.kv_memory_bytes = 40 * eo.kv_page_tokens * lay.row_floats * 4;  // 40 pages = 160 tokens for 4 sequences
-  ExpectMatchesStandalone(eo, 8, true);
+  ExpectMatchesStandalone(GetParam(), eo, 8, true);
 }
+
+// A seeded sampled request gives the same tokens alone, beside other requests, and under
+// preemption; two seeds give different tokens (so the test can fail).
+TEST_P(EngineOnRunner, SeededSamplingDoesNotDependOnTheBatch) {
+  auto model = MakeModel();
+  RequestParams p;
+  p.prompt = Ids(23, 7);
+  p.max_tokens = 24;
+  p.ignore_eos = true;
+  p.sampling.temperature = 0.9f;
+  p.sampling.top_p = 0.95f;
+  p.sampling.top_k = 40;
+  p.sampling.seed = 1234;
+  auto run = [&](const EngineOptions& eo, int others, uint64_t seed) {
+    auto runner = GetParam().make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+    EXPECT_TRUE(runner.ok());
+    auto engine = Engine::Create(**runner, eo);
+    EXPECT_TRUE(engine.ok());
+    EXPECT_TRUE((*engine)->Start().ok());
+    std::vector<std::shared_ptr<Collector>> sinks;
+    for (int i = 0; i < others; ++i) {  // submitted first: the seeded request joins a running batch
+      RequestParams q = p;
+      q.prompt = Ids(9 + 7 * i, 300 + i);
+      q.sampling.seed = 99 + i;
+      sinks.push_back(std::make_shared<Collector>());
+      EXPECT_TRUE((*engine)->Submit(q, sinks.back()).ok());
+    }
+    RequestParams mine = p;
+    mine.sampling.seed = seed;
+    auto sink = std::make_shared<Collector>();
+    EXPECT_TRUE((*engine)->Submit(mine, sink).ok());
+    sink->Wait();
+    for (auto& s : sinks) s->Wait();
+    (*engine)->Stop();
+    return sink->ids;
+  };
+  EngineOptions alone;
+  alone.max_num_seqs = 4;
+  const std::vector<int32_t> a = run(alone, 0, 1234);
+  ASSERT_EQ(a.size(), 24u);
+  EngineOptions crowded = alone;
+  crowded.max_num_batched_tokens = 16;  // chunked prefill beside decodes
+  EXPECT_EQ(run(crowded, 3, 1234), a);
+  EngineOptions tight = crowded;  // preemption: 30 pages of 4 tokens for 4 sequences of ~50 tokens
+  tight.kv_page_tokens = 4;
+  const AttnRowLayout lay(*ParseModelConfig(kConfig));
+  tight.kv_memory_bytes = 30 * tight.kv_page_tokens * lay.row_floats * 4;
+  EXPECT_EQ(run(tight, 3, 1234), a);
+  EXPECT_NE(run(alone, 0, 4321), a);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EngineOnRunner, ::testing::ValuesIn(Backends()),
+                         [](const ::testing::TestParamInfo<Backend>& i) { return i.param.name; });
 
 TEST(Engine, CancelFreesMemoryAndEndsOnce) {
   auto model = MakeModel();

@@ -158,6 +158,7 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
   mo.profile_layers = true;
   const auto t0 = std::chrono::steady_clock::now();
   GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> m, CudaModel::Random(c, mo));
+  RunnerSession sess(*m);  // the bookkeeping of pages and slots, as the engine keeps it
   const CudaModelStats st0 = m->stats();
   out["model"] = {{"weight_bytes", st0.weight_bytes}, {"kv_bytes", st0.kv_bytes}, {"state_bytes", st0.state_bytes},
                   {"scratch_bytes", st0.scratch_bytes}, {"bf16_weights", o.bf16},
@@ -169,25 +170,25 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
     for (auto& v : ids) v = tok(rng);
     for (int64_t p = 0; p < len; p += o.prefill_chunk) {
       const int64_t n = std::min(o.prefill_chunk, len - p);
-      CudaModel::Input in{seq, std::span<const int32_t>(ids.data() + p, n), false};
-      GYRE_RETURN_IF_ERROR(m->Forward(std::span<const CudaModel::Input>(&in, 1), nullptr));
+      RunnerSession::Input in{seq, std::span<const int32_t>(ids.data() + p, n), {}};
+      GYRE_RETURN_IF_ERROR(sess.Step(std::span<const RunnerSession::Input>(&in, 1), nullptr));
     }
     return Status::Ok();
   };
   // Warm-up: plans and workspaces.
   {
-    GYRE_ASSIGN_OR_RETURN(int s, m->NewSequence());
+    GYRE_ASSIGN_OR_RETURN(int s, sess.NewSequence());
     GYRE_RETURN_IF_ERROR(prefill(s, std::min<int64_t>(o.prefill_chunk, 4096)));
-    m->Release(s);
+    sess.Release(s);
   }
   nlohmann::json pre = nlohmann::json::array();
   for (int64_t len : o.prompt_lens) {
-    GYRE_ASSIGN_OR_RETURN(int s, m->NewSequence());
+    GYRE_ASSIGN_OR_RETURN(int s, sess.NewSequence());
     const auto a = std::chrono::steady_clock::now();
     GYRE_RETURN_IF_ERROR(prefill(s, len));
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
     const CudaModelStats st = m->stats();
-    m->Release(s);
+    sess.Release(s);
     nlohmann::json r = {{"prompt_tokens", len}, {"seconds", sec}, {"tokens_per_s", len / sec},
                         {"last_chunk_layer_ms", st.layer_ms}, {"last_chunk_head_ms", st.head_ms},
                         {"last_chunk_op_ms", st.op_ms}};
@@ -199,13 +200,13 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
   for (int64_t B : o.batches) {
     std::vector<int> seqs;
     for (int64_t i = 0; i < B; ++i) {
-      GYRE_ASSIGN_OR_RETURN(int s, m->NewSequence());
+      GYRE_ASSIGN_OR_RETURN(int s, sess.NewSequence());
       seqs.push_back(s);
     }
     // Prefill the contexts, several sequences per step.
     for (size_t i = 0; i < seqs.size();) {
       std::vector<std::vector<int32_t>> ids;
-      std::vector<CudaModel::Input> batch;
+      std::vector<RunnerSession::Input> batch;
       int64_t used = 0;
       while (i < seqs.size() && used + o.context <= mo.max_batch_tokens) {
         ids.emplace_back(o.context);
@@ -213,15 +214,18 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
         used += o.context;
         ++i;
       }
-      for (size_t j = 0; j < ids.size(); ++j) batch.push_back({seqs[i - ids.size() + j], ids[j], false});
-      GYRE_RETURN_IF_ERROR(m->Forward(batch, nullptr));
+      for (size_t j = 0; j < ids.size(); ++j) batch.push_back({seqs[i - ids.size() + j], ids[j], {}});
+      GYRE_RETURN_IF_ERROR(sess.Step(batch, nullptr));
     }
-    std::vector<int32_t> next(B, 1), got;
+    std::vector<int32_t> next(B, 1);
+    std::vector<SampledToken> got;
+    SampleSpec greedy;
+    greedy.enabled = true;  // temperature 0: the device argmax, ids back only
     auto step = [&]() -> Status {
-      std::vector<CudaModel::Input> batch;
-      for (int64_t i = 0; i < B; ++i) batch.push_back({seqs[i], std::span<const int32_t>(&next[i], 1), false});
-      GYRE_RETURN_IF_ERROR(m->Forward(batch, nullptr, &got));
-      next = got;
+      std::vector<RunnerSession::Input> batch;
+      for (int64_t i = 0; i < B; ++i) batch.push_back({seqs[i], std::span<const int32_t>(&next[i], 1), greedy});
+      GYRE_RETURN_IF_ERROR(sess.Step(batch, &got));
+      for (int64_t i = 0; i < B; ++i) next[i] = got[i].id;
       return Status::Ok();
     };
     for (int i = 0; i < 2; ++i) GYRE_RETURN_IF_ERROR(step());
@@ -241,7 +245,7 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
     }
     m->SetDecodeGraphs(true);
     const CudaModelStats st = m->stats();
-    for (int s : seqs) m->Release(s);
+    for (int s : seqs) sess.Release(s);
     const double step_s = Median(times);
     const Roofline rf = DecodeBytes(c, B, o.context + o.steps / 2, o.bf16 ? 2 : 4);
     const double roof_s = rf.total() / (ceil.first * 1e9);

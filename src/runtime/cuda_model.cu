@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "core/dtype.h"
 #include "ops/cuda/cublaslt_gemm.h"
@@ -22,6 +24,7 @@
 #include "ops/cuda/kda_cuda.h"
 #include "ops/cuda/mla_cuda.h"
 #include "ops/cuda/moe_cuda.h"
+#include "ops/cuda/sampling_cuda.h"
 
 namespace gyre {
 
@@ -373,15 +376,8 @@ struct CudaModel::Impl {
   };
   std::vector<AttnCache> cache;                // per layer (attention layers)
   std::vector<float*> kda_state, kda_conv;     // per layer (KDA layers)
-  int64_t num_pages = 0;
-  std::vector<int32_t> free_pages, free_slots;
-  struct Seq {
-    int32_t slot = -1;
-    std::vector<int32_t> pages;
-    int64_t num_tokens = 0;
-  };
-  std::map<int, Seq> seqs;
-  int next_seq = 0;
+  int64_t num_pages = 0;      // page ids 0..num_pages-1 (the engine's bookkeeping)
+  int64_t max_seq_tokens = 0;  // block-table width in tokens
 
   // Step scratch (max_batch_tokens rows).
   int64_t nmax = 0, bmax = 0, n_streams = 1;
@@ -405,6 +401,11 @@ struct CudaModel::Impl {
   // Head.
   float *hm = nullptr, *hn = nullptr;
   int32_t* next_ids = nullptr;
+  // Device sampling: per logits row, parameters (uploaded with the step) and the sampled id's
+  // log-probability; pinned host mirrors.
+  cuda::SampleParamsDev* sample_params = nullptr;
+  cuda::SampleParamsDev* host_sample_params = nullptr;
+  float* row_logprob = nullptr;
   DeviceBuffer logits_buf;
   int64_t logits_rows = 0;
   float* glogits = nullptr;  // [bmax, V]: the logits of graph-replayed decode steps
@@ -437,7 +438,7 @@ struct CudaModel::Impl {
   }
 
   // Decode graphs, by (batch bucket, context bucket).
-  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs;
+  std::map<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t> graphs;  // (batch, context, sampling)
   bool graphs_broken = false;  // a capture failed once: decode steps run eagerly from then on
 
   ~Impl() {
@@ -445,6 +446,7 @@ struct CudaModel::Impl {
     for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
     for (cudaEvent_t e : sec_events) (void)cudaEventDestroy(e);
     if (host_blob) (void)cudaFreeHost(host_blob);
+    if (host_sample_params) (void)cudaFreeHost(host_sample_params);
   }
 
   Result<void*> Alloc(int64_t bytes) {
@@ -538,6 +540,7 @@ struct CudaModel::Impl {
     std::vector<int32_t> slots;        // host slots [b]
     cuda::PagedBatch pb;
     int64_t rows = 0;                  // logit rows
+    bool sampling = false;             // some row samples (SampleRows), else greedy (Argmax)
   };
   Status RunLayers(const StepDims& d);
   Status KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out);
@@ -712,14 +715,13 @@ Status CudaModel::Impl::BuildPools() {
       }
     }
   }
-  for (int64_t p = num_pages - 1; p >= 0; --p) free_pages.push_back(static_cast<int32_t>(p));
-  for (int64_t sl = opts.max_seqs - 1; sl >= 0; --sl) free_slots.push_back(static_cast<int32_t>(sl));
   return Status::Ok();
 }
 
 Status CudaModel::Impl::BuildScratch() {
   const int64_t N = nmax = opts.max_batch_tokens, D = c.hidden_size;
   bmax = std::min<int64_t>(opts.max_seqs, N);
+  max_seq_tokens = opts.max_seq_tokens > 0 ? opts.max_seq_tokens : std::min<int64_t>(opts.kv_tokens, int64_t(1) << 17);
   n_streams = c.hc_mult > 0 ? c.hc_mult : 1;
   int64_t* sb = &stats.scratch_bytes;
   GYRE_ASSIGN_OR_RETURN(X, AllocN<float>(N * n_streams * D, sb));
@@ -766,7 +768,7 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(latent, AllocN<float>(N * R, sb));
     GYRE_ASSIGN_OR_RETURN(attn, AllocN<float>(N * Hh * c.v_head_dim, sb));
     cuda::MlaDims md{Hh, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, R, 1.0f};
-    GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, opts.kv_tokens), 16)));
+    GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, std::max(NextPow2(max_seq_tokens), opts.page_tokens)), 16)));
     *sb += mla_ws.bytes();
     if (any_idx) {
       GYRE_RETURN_IF_ERROR(Sec("dsa.select"));
@@ -779,7 +781,7 @@ Status CudaModel::Impl::BuildScratch() {
       GYRE_ASSIGN_OR_RETURN(sel, AllocN<int32_t>(N * sel_cap, sb));
       GYRE_ASSIGN_OR_RETURN(sel_count, AllocN<int32_t>(N, sb));
       GYRE_ASSIGN_OR_RETURN(idx_ws,
-                            DeviceBuffer::Create(std::max<size_t>(cuda::IndexerWorkspaceBytes(id, N, opts.kv_tokens), 16)));
+                            DeviceBuffer::Create(std::max<size_t>(cuda::IndexerWorkspaceBytes(id, N, std::max(NextPow2(max_seq_tokens), opts.page_tokens)), 16)));
       *sb += idx_ws.bytes();
     }
   }
@@ -802,8 +804,14 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(xb, Alloc(xb_elems * 2));
   }
   GYRE_ASSIGN_OR_RETURN(next_ids, AllocN<int32_t>(N, sb));
+  GYRE_ASSIGN_OR_RETURN(sample_params, AllocN<cuda::SampleParamsDev>(N, sb));
+  GYRE_ASSIGN_OR_RETURN(row_logprob, AllocN<float>(N, sb));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_sample_params, N * sizeof(cuda::SampleParamsDev)));
+  if (c.vocab_size > cuda::SampleMaxVocab())
+    return Status::Unimplemented("cuda model: vocabulary " + std::to_string(c.vocab_size) +
+                                 " exceeds the device sampler's limit " + std::to_string(cuda::SampleMaxVocab()));
   // Step inputs.
-  bt_cap = bmax * (std::max(NextPow2(opts.kv_tokens), opts.page_tokens) / opts.page_tokens + 1);
+  bt_cap = bmax * (std::max(NextPow2(max_seq_tokens), opts.page_tokens) / opts.page_tokens + 1);
   GYRE_ASSIGN_OR_RETURN(glogits, AllocN<float>(bmax * c.vocab_size, sb));
   o_ids = 0;
   o_seq = o_ids + N;
@@ -815,6 +823,10 @@ Status CudaModel::Impl::BuildScratch() {
   blob_ints = o_bt + bt_cap;
   GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_blob, blob_ints * 4));
   GYRE_ASSIGN_OR_RETURN(dev_blob, AllocN<int32_t>(blob_ints, sb));
+  // Warm the sampler once outside any graph capture (it raises its shared-memory limit on first use).
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(glogits, 0, c.vocab_size * 4, s()));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sample_params, 0, sizeof(cuda::SampleParamsDev), s()));
+  GYRE_RETURN_IF_ERROR(cuda::SampleRows(glogits, 1, c.vocab_size, sample_params, next_ids, s()));
   if (opts.profile_layers) {
     events.resize(c.num_hidden_layers + 3);
     for (cudaEvent_t& e : events) GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
@@ -1043,8 +1055,13 @@ Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hm, R, D, D, w.final_norm, c.rms_norm_eps, hn, D, s()));
   GYRE_RETURN_IF_ERROR(Sec("lm_head"));
   GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, logits_out));
-  GYRE_RETURN_IF_ERROR(Sec("argmax"));
-  GYRE_RETURN_IF_ERROR(cuda::Argmax(logits_out, R, c.vocab_size, next_ids, s()));
+  if (d.sampling) {
+    GYRE_RETURN_IF_ERROR(Sec("sample"));
+    GYRE_RETURN_IF_ERROR(cuda::SampleRows(logits_out, R, c.vocab_size, sample_params, next_ids, s()));
+  } else {
+    GYRE_RETURN_IF_ERROR(Sec("argmax"));
+    GYRE_RETURN_IF_ERROR(cuda::Argmax(logits_out, R, c.vocab_size, next_ids, s()));
+  }
   GYRE_RETURN_IF_ERROR(Sec("end"));
   if (profiling) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(events.back(), s()));
   return Status::Ok();
@@ -1089,6 +1106,8 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
                                                  const CudaModelOptions& opts) {
   if (opts.max_seqs < 1 || opts.max_batch_tokens < 1 || opts.kv_tokens < 1 || opts.page_tokens < 1)
     return Status::InvalidArgument("cuda model: max_seqs, max_batch_tokens, kv_tokens and page_tokens must be >= 1");
+  if (opts.gpu_memory_utilization < 0 || opts.gpu_memory_utilization > 1)
+    return Status::InvalidArgument("cuda model: gpu_memory_utilization must be in (0, 1]");
   if (config.hc_mult > 4)
     return Status::Unimplemented("cuda model: hc_mult " + std::to_string(config.hc_mult) + " > 4 is not built");
   auto impl = std::make_unique<CudaModel::Impl>();
@@ -1097,8 +1116,39 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
   GYRE_ASSIGN_OR_RETURN(impl->stream, cuda::Stream::Create());
   GYRE_ASSIGN_OR_RETURN(impl->gemm, cuda::GemmLt::Create());
   GYRE_RETURN_IF_ERROR(impl->BuildWeights(host));
-  GYRE_RETURN_IF_ERROR(impl->BuildPools());
-  GYRE_RETURN_IF_ERROR(impl->BuildScratch());
+  if (opts.gpu_memory_utilization > 0) {
+    // Scratch first (its block table needs only the sequence length), then the pool from what is free.
+    if (impl->opts.max_seq_tokens <= 0) impl->opts.max_seq_tokens = std::min<int64_t>(opts.kv_tokens, int64_t(1) << 17);
+    GYRE_RETURN_IF_ERROR(impl->BuildScratch());
+    size_t free_b = 0, total_b = 0;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+    const ModelConfig& c = config;
+    int64_t state_per_slot = 0, row_bytes = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (c.layer_types[l] == AttnKind::kKda) {
+        const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, W = c.linear_conv_kernel_dim;
+        state_per_slot += (Hh * K * K + (W - 1) * 3 * Hh * K) * 4;
+      } else {
+        row_bytes += (c.kv_lora_rank + std::max<int64_t>(c.qk_rope_head_dim, 0)) * 4;
+        if (impl->w.layers[l].has_indexer) row_bytes += 3 * c.index_head_dim * 4;
+      }
+    }
+    const double budget = opts.gpu_memory_utilization * static_cast<double>(free_b) -
+                          static_cast<double>(state_per_slot * opts.max_seqs);
+    if (row_bytes > 0) {
+      const int64_t tokens = static_cast<int64_t>(budget / static_cast<double>(row_bytes));
+      if (tokens < opts.page_tokens)
+        return Status::ResourceExhausted("cuda model: " + std::to_string(free_b >> 20) + " MiB free after weights; " +
+                                         "gpu_memory_utilization " + std::to_string(opts.gpu_memory_utilization) +
+                                         " leaves no page for the KV cache after " + std::to_string(opts.max_seqs) +
+                                         " state slots");
+      impl->opts.kv_tokens = tokens / opts.page_tokens * opts.page_tokens;
+    }
+    GYRE_RETURN_IF_ERROR(impl->BuildPools());
+  } else {
+    GYRE_RETURN_IF_ERROR(impl->BuildPools());
+    GYRE_RETURN_IF_ERROR(impl->BuildScratch());
+  }
   GYRE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return Result<std::unique_ptr<CudaModel::Impl>>(std::move(impl));
 }
@@ -1118,40 +1168,23 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Random(const ModelConfig& config, 
 const ModelConfig& CudaModel::config() const { return impl_->c; }
 CudaModelStats CudaModel::stats() const { return impl_->stats; }
 
-Result<int> CudaModel::NewSequence() {
-  Impl& m = *impl_;
-  if (m.free_slots.empty()) return Status::ResourceExhausted("cuda model: every state slot is in use");
-  const int32_t slot = m.free_slots.back();
-  m.free_slots.pop_back();
-  for (int64_t l = 0; l < m.c.num_hidden_layers; ++l) {
-    if (!m.kda_state[l]) continue;
-    const int64_t Hh = m.c.linear_num_heads, K = m.c.linear_head_dim, P = Hh * K, W = m.c.linear_conv_kernel_dim;
-    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kda_state[l] + slot * Hh * K * K, 0, Hh * K * K * 4, m.s()));
-    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kda_conv[l] + slot * (W - 1) * 3 * P, 0, (W - 1) * 3 * P * 4, m.s()));
-  }
-  const int id = m.next_seq++;
-  m.seqs[id].slot = slot;
-  return id;
-}
-
-void CudaModel::Release(int seq) {
-  Impl& m = *impl_;
-  auto it = m.seqs.find(seq);
-  if (it == m.seqs.end()) return;
-  m.free_slots.push_back(it->second.slot);
-  m.free_pages.insert(m.free_pages.end(), it->second.pages.begin(), it->second.pages.end());
-  m.seqs.erase(it);
-}
-
-int64_t CudaModel::NumTokens(int seq) const {
-  auto it = impl_->seqs.find(seq);
-  return it == impl_->seqs.end() ? -1 : it->second.num_tokens;
+RunnerCapacity CudaModel::capacity() const {
+  const Impl& m = *impl_;
+  RunnerCapacity r;
+  r.num_pages = m.num_pages;
+  r.page_tokens = m.opts.page_tokens;
+  r.num_slots = m.opts.max_seqs;
+  r.max_step_tokens = m.nmax;
+  r.max_step_pieces = m.bmax;
+  r.bytes_per_page = m.num_pages > 0 ? m.stats.kv_bytes / m.num_pages : 0;
+  r.bytes_per_slot = m.opts.max_seqs > 0 ? m.stats.state_bytes / m.opts.max_seqs : 0;
+  return r;
 }
 
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
 void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on; }
 
-Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logits, std::vector<int32_t>* next_ids) {
+Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToken>* out, std::vector<float>* logits) {
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t V = c.vocab_size, pt = m.opts.page_tokens;
@@ -1159,47 +1192,55 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
   if (static_cast<int64_t>(batch.size()) > m.bmax)
     return Status::InvalidArgument("cuda model: " + std::to_string(batch.size()) + " sequences in one step; at most " +
                                    std::to_string(m.bmax));
-  // Validate, and order: decode sequences (history, one token) first, then prefill pieces.
+  // Validate, and order: decode rows (history, one token) first, then prefill pieces.
+  auto is_decode = [](const StepPiece& p) { return p.start > 0 && p.ids.size() == 1; };
   std::vector<size_t> order;
-  int64_t total = 0;
+  int64_t total = 0, max_ctx = 1;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const Input& in = batch[i];
-    auto it = m.seqs.find(in.seq);
-    if (it == m.seqs.end()) return Status::InvalidArgument("cuda model: unknown sequence " + std::to_string(in.seq));
-    if (in.ids.empty()) return Status::InvalidArgument("cuda model: sequence " + std::to_string(i) + " has no new tokens");
+    const StepPiece& in = batch[i];
+    const std::string where = "cuda model: piece " + std::to_string(i);
+    if (in.slot < 0 || in.slot >= m.opts.max_seqs)
+      return Status::InvalidArgument(where + ": slot " + std::to_string(in.slot) + " outside [0, " +
+                                     std::to_string(m.opts.max_seqs) + ")");
+    if (in.ids.empty()) return Status::InvalidArgument(where + " has no new tokens");
+    if (in.start < 0) return Status::InvalidArgument(where + ": negative start");
     for (int32_t id : in.ids)
       if (id < 0 || id >= V)
         return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                        std::to_string(V) + ")");
     for (size_t j = 0; j < i; ++j)
-      if (batch[j].seq == in.seq) return Status::InvalidArgument("cuda model: a sequence appears twice in one step");
+      if (batch[j].slot == in.slot) return Status::InvalidArgument("cuda model: a slot appears twice in one step");
+    const int64_t ctx = in.start + static_cast<int64_t>(in.ids.size());
+    if (ctx > m.max_seq_tokens)
+      return Status::InvalidArgument(where + ": " + std::to_string(ctx) + " tokens exceed the longest sequence (" +
+                                     std::to_string(m.max_seq_tokens) + ", max_seq_tokens)");
+    if (m.num_pages > 0) {
+      if (static_cast<int64_t>(in.pages.size()) * pt < ctx)
+        return Status::InvalidArgument(where + ": the block table holds " + std::to_string(in.pages.size()) +
+                                       " pages, " + std::to_string((ctx + pt - 1) / pt) + " are needed");
+      for (int32_t pg : in.pages)
+        if (pg < 0 || pg >= m.num_pages) return Status::InvalidArgument(where + ": page " + std::to_string(pg) + " outside the pool");
+    }
+    if (in.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(in.sample.params));
     total += static_cast<int64_t>(in.ids.size());
+    max_ctx = std::max(max_ctx, ctx);
   }
   if (total > m.nmax)
     return Status::InvalidArgument("cuda model: " + std::to_string(total) + " tokens in one step; at most " +
                                    std::to_string(m.nmax) + " (max_batch_tokens)");
   for (size_t i = 0; i < batch.size(); ++i)
-    if (m.seqs[batch[i].seq].num_tokens > 0 && batch[i].ids.size() == 1) order.push_back(i);
+    if (is_decode(batch[i])) order.push_back(i);
   const int64_t bd = static_cast<int64_t>(order.size());
   for (size_t i = 0; i < batch.size(); ++i)
-    if (!(m.seqs[batch[i].seq].num_tokens > 0 && batch[i].ids.size() == 1)) order.push_back(i);
-  // Pages (all or nothing).
-  int64_t need_pages = 0, max_ctx = 1;
-  for (const Input& in : batch) {
-    const Impl::Seq& sq = m.seqs[in.seq];
-    const int64_t ctx = sq.num_tokens + static_cast<int64_t>(in.ids.size());
-    need_pages += std::max<int64_t>(0, (ctx + pt - 1) / pt - static_cast<int64_t>(sq.pages.size()));
-    max_ctx = std::max(max_ctx, ctx);
-  }
-  if (need_pages > static_cast<int64_t>(m.free_pages.size()))
-    return Status::ResourceExhausted("cuda model: " + std::to_string(need_pages) + " pages needed, " +
-                                     std::to_string(m.free_pages.size()) + " free");
-  for (const Input& in : batch) {
-    Impl::Seq& sq = m.seqs[in.seq];
-    const int64_t ctx = sq.num_tokens + static_cast<int64_t>(in.ids.size());
-    while (static_cast<int64_t>(sq.pages.size()) * pt < ctx) {
-      sq.pages.push_back(m.free_pages.back());
-      m.free_pages.pop_back();
+    if (!is_decode(batch[i])) order.push_back(i);
+  // New sequences: zero their slots' KDA state (conv tail + recurrent).
+  for (const StepPiece& in : batch) {
+    if (in.start != 0) continue;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (!m.kda_state[l]) continue;
+      const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kda_state[l] + in.slot * Hh * K * K, 0, Hh * K * K * 4, m.s()));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kda_conv[l] + in.slot * (W - 1) * 3 * P, 0, (W - 1) * 3 * P * 4, m.s()));
     }
   }
   // Host arrays.
@@ -1211,28 +1252,42 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
   const int64_t max_pages = ctx_bucket / pt;
   if (d.b * max_pages > m.bt_cap) return Status::Internal("cuda model: block table capacity exceeded");
   int32_t* hb = m.host_blob;
+  cuda::SampleParamsDev* hp = m.host_sample_params;
   d.cu.push_back(0);
   int64_t t = 0;
   std::vector<int64_t> row_of_input(batch.size()), nrows_of_input(batch.size());
   int64_t r = 0;
   for (int64_t bi = 0; bi < d.b; ++bi) {
-    const Input& in = batch[order[bi]];
-    const Impl::Seq& sq = m.seqs[in.seq];
+    const StepPiece& in = batch[order[bi]];
     for (size_t j = 0; j < in.ids.size(); ++j, ++t) {
       hb[m.o_ids + t] = in.ids[j];
       hb[m.o_seq + t] = static_cast<int32_t>(bi);
-      hb[m.o_pos + t] = static_cast<int32_t>(sq.num_tokens + static_cast<int64_t>(j));
+      hb[m.o_pos + t] = static_cast<int32_t>(in.start + static_cast<int64_t>(j));
     }
     d.cu.push_back(t);
     hb[m.o_cu + bi] = static_cast<int32_t>(d.cu[bi]);
-    hb[m.o_slots + bi] = sq.slot;
-    d.slots.push_back(sq.slot);
+    hb[m.o_slots + bi] = in.slot;
+    d.slots.push_back(in.slot);
     for (int64_t p = 0; p < max_pages; ++p)
-      hb[m.o_bt + bi * max_pages + p] = p < static_cast<int64_t>(sq.pages.size()) ? sq.pages[p] : 0;
+      hb[m.o_bt + bi * max_pages + p] = p < static_cast<int64_t>(in.pages.size()) ? in.pages[p] : 0;
     row_of_input[order[bi]] = r;
     const int64_t first = in.all_logits ? d.cu[bi] : t - 1;
     nrows_of_input[order[bi]] = t - first;
-    for (int64_t q = first; q < t; ++q) hb[m.o_rows + r++] = static_cast<int32_t>(q);
+    for (int64_t q = first; q < t; ++q) {
+      cuda::SampleParamsDev sp;  // greedy unless this is the sampled (last) row
+      if (q == t - 1 && in.sample.enabled && in.sample.params.temperature > 0) {
+        const ops::SamplingParams& g = in.sample.params;
+        sp.temperature = g.temperature;
+        sp.top_k = static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>(g.top_k, 0), INT32_MAX));
+        sp.top_p = g.top_p;
+        sp.min_p = g.min_p;
+        sp.seed = g.seed;
+        sp.offset = in.sample.offset;
+        d.sampling = true;
+      }
+      hp[r] = sp;
+      hb[m.o_rows + r++] = static_cast<int32_t>(q);
+    }
   }
   hb[m.o_cu + d.b] = static_cast<int32_t>(t);
   d.rows = r;
@@ -1248,6 +1303,7 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
       hb[m.o_cu + bi] = static_cast<int32_t>(bi);
       hb[m.o_slots + bi] = -1;
       hb[m.o_rows + bi] = static_cast<int32_t>(bi);
+      hp[bi] = cuda::SampleParamsDev{};
       for (int64_t p = 0; p < max_pages; ++p) hb[m.o_bt + bi * max_pages + p] = 0;
     }
     hb[m.o_cu + bucket] = static_cast<int32_t>(bucket);
@@ -1263,18 +1319,26 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
   d.pb.max_context = ctx_bucket;
   GYRE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(m.dev_blob, hb, (m.o_bt + d.b * max_pages) * 4, cudaMemcpyHostToDevice, m.s()));
+  if (d.sampling)
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.sample_params, hp, d.rows * sizeof(cuda::SampleParamsDev),
+                                              cudaMemcpyHostToDevice, m.s()));
   if (!use_graph && m.logits_rows < d.rows) {
     GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
     m.logits_buf.Reset();
     GYRE_ASSIGN_OR_RETURN(m.logits_buf, DeviceBuffer::Create(d.rows * V * 4));
     m.logits_rows = d.rows;
   }
-  std::vector<float> all;
+  // What comes back: ids and logprobs of every row; the logits rows of pieces that want
+  // alternatives (top_logprobs), or all rows when the caller asks for logits.
   std::vector<int32_t> ids(d.rows);
+  std::vector<float> lps(d.rows);
+  std::vector<float> all;
+  std::vector<std::pair<size_t, std::vector<float>>> top_rows;  // (piece, its last row)
   const float* dev_logits = use_graph ? m.glogits : m.logits_buf.get<float>();
+  const bool want_logprobs = out != nullptr;
   auto run = [&]() -> Status {
     if (use_graph) {
-      const auto key = std::make_pair(d.b, ctx_bucket);
+      const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling);
       auto it = m.graphs.find(key);
       if (it == m.graphs.end()) {
         cudaGraphExec_t exec = nullptr;
@@ -1288,9 +1352,21 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
       GYRE_RETURN_IF_ERROR(m.RunLayers(d));
       GYRE_RETURN_IF_ERROR(m.Head(d, m.logits_buf.get<float>()));
     }
+    if (want_logprobs) {
+      GYRE_RETURN_IF_ERROR(cuda::RowLogProbs(dev_logits, d.rows, V, m.next_ids, m.row_logprob, m.s()));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lps.data(), m.row_logprob, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
+    }
     if (logits) {
       all.resize(d.rows * V);
       GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), dev_logits, d.rows * V * 4, cudaMemcpyDeviceToHost, m.s()));
+    } else if (out) {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (!batch[i].sample.enabled || batch[i].sample.top_logprobs <= 0) continue;
+        top_rows.emplace_back(i, std::vector<float>(V));
+        const int64_t row = row_of_input[i] + nrows_of_input[i] - 1;
+        GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(top_rows.back().second.data(), dev_logits + row * V, V * 4,
+                                                  cudaMemcpyDeviceToHost, m.s()));
+      }
     }
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids.data(), m.next_ids, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
     return m.stream.Synchronize();
@@ -1312,7 +1388,7 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
       if (cudaEventElapsedTime(&v, m.sec_events[i], m.sec_events[i + 1]) == cudaSuccess) m.stats.op_ms[m.sec_names[i]] += v;
     }
   }
-  if (!st.ok()) return st;  // NOTE: pages reserved above stay with their sequences (released with them).
+  if (!st.ok()) return st;
   if (logits) {
     logits->clear();
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -1320,11 +1396,28 @@ Status CudaModel::Forward(std::span<const Input> batch, std::vector<float>* logi
       logits->insert(logits->end(), all.begin() + r0 * V, all.begin() + (r0 + nrows_of_input[i]) * V);
     }
   }
-  if (next_ids) {
-    next_ids->clear();
-    for (size_t i = 0; i < batch.size(); ++i) next_ids->push_back(ids[row_of_input[i] + nrows_of_input[i] - 1]);
+  if (out) {
+    out->assign(batch.size(), SampledToken{});
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!batch[i].sample.enabled) continue;
+      const int64_t row = row_of_input[i] + nrows_of_input[i] - 1;
+      SampledToken& tk = (*out)[i];
+      tk.id = ids[row];
+      tk.logprob = lps[row];
+      if (batch[i].sample.top_logprobs > 0) {
+        std::span<const float> lrow;
+        if (logits) {
+          lrow = std::span<const float>(all.data() + row * V, V);
+        } else {
+          for (const auto& [pi, v] : top_rows)
+            if (pi == i) lrow = v;
+        }
+        const float lp = tk.logprob;
+        LogProbs(lrow, tk.id, batch[i].sample.top_logprobs, &tk);
+        tk.logprob = lp;  // the device value: the same figure with or without alternatives
+      }
+    }
   }
-  for (const Input& in : batch) m.seqs[in.seq].num_tokens += static_cast<int64_t>(in.ids.size());
   return Status::Ok();
 }
 

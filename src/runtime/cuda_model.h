@@ -7,10 +7,17 @@
 // rows into a paged cache and read it through block tables. Weights are fp32 (parity with the CPU
 // engine) or bf16 (GEMM operands; norms, gates, router, hyper-connection mix stay fp32).
 //
+// It is a ModelRunner (runtime/model_runner.h): the engine's page and slot ids address its device
+// page pool and state slots (it keeps no free list); a piece with start 0 zeroes its slot. The
+// last row of each sampling piece is sampled on the device (cuda::SampleRows, greedy rows by
+// cuda::Argmax) with the log-softmax of the sampled id (cuda::RowLogProbs); only ids and logprobs
+// are copied back, plus the rows of pieces that ask for top_logprobs (alternatives computed on the
+// host from that row) or when the caller asks for logits.
+//
 // Memory: every allocation is made in Create (weights, the page pool, state slots, step scratch
-// for max_batch_tokens, workspaces); Forward allocates only when a logits or chunk workspace must
+// for max_batch_tokens, workspaces); Step allocates only when a logits or chunk workspace must
 // grow. Decode steps of `decode_graphs` run as CUDA graphs captured per (batch bucket, context
-// bucket) on first use.
+// bucket, sampling or greedy) on first use.
 //
 // This header includes no CUDA header (plain C++), so host code compiles against it; it exists
 // only in GYRE_CUDA builds.
@@ -27,6 +34,7 @@
 #include "core/status.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "runtime/model_runner.h"
 
 namespace gyre {
 
@@ -35,6 +43,10 @@ struct CudaModelOptions {
   int64_t max_seqs = 64;             // KDA state slots = concurrent sequences
   int64_t max_batch_tokens = 4096;   // new tokens per Forward call
   int64_t kv_tokens = 65536;         // page pool capacity in tokens (all sequences)
+  // > 0: size the page pool from free GPU memory instead of kv_tokens: this fraction of the memory
+  // free after weights and scratch (state slots come out of it first).
+  double gpu_memory_utilization = 0;
+  int64_t max_seq_tokens = 0;        // longest sequence (block-table width); 0: min(kv_tokens, 2^17)
   int64_t page_tokens = 64;
   uint64_t seed = 0;                 // random weights
   bool decode_graphs = true;         // CUDA graphs for decode-only steps
@@ -52,7 +64,7 @@ struct CudaModelStats {
   std::map<std::string, double> op_ms;
 };
 
-class CudaModel {
+class CudaModel final : public ModelRunner {
  public:
   // Uploads host weights (the CPU engine's bound weights; fp32 or rounded to bf16 per options).
   static Result<std::unique_ptr<CudaModel>> FromHost(const ModelConfig& config, const ModelWeights& weights,
@@ -64,25 +76,17 @@ class CudaModel {
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
 
-  const ModelConfig& config() const;
+  const ModelConfig& config() const override;
+  RunnerCapacity capacity() const override;
+  std::string backend() const override { return "cuda"; }
   CudaModelStats stats() const;
 
-  // A new empty sequence (a state slot, zeroed). ResourceExhausted when every slot is in use.
-  Result<int> NewSequence();
-  // Returns the sequence's pages and slot. Unknown ids are ignored.
-  void Release(int seq);
-  int64_t NumTokens(int seq) const;
-
-  struct Input {
-    int seq = -1;
-    std::span<const int32_t> ids;  // new tokens (>= 1)
-    bool all_logits = false;       // logits for every new token, else only the last
-  };
-  // One step. `logits` (may be null: none copied back) receives, per input in order, [1 or
-  // ids.size(), vocab] rows; `next_ids` (may be null) the greedy argmax of each input's last row.
-  // Errors: InvalidArgument (empty input, id outside the vocabulary, too many tokens, a sequence
-  // twice), ResourceExhausted (pages), Internal (CUDA) — nothing is advanced on error.
-  Status Forward(std::span<const Input> batch, std::vector<float>* logits, std::vector<int32_t>* next_ids = nullptr);
+  // One step (ModelRunner::Step). Decode rows (start > 0, one token) run the recurrent KDA kernel,
+  // other pieces the chunked kernels. Errors: InvalidArgument (empty piece, id outside the
+  // vocabulary, too many tokens or pieces, a slot twice, a page outside the pool, a block table
+  // too short), Internal (CUDA).
+  Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out,
+              std::vector<float>* logits = nullptr) override;
 
   // Blocks until the GPU is idle (for timing).
   Status Synchronize();

@@ -36,7 +36,12 @@ Result<nlohmann::json> CheckCudaParity(const std::string& dir, double tol) {
   o.max_batch_tokens = 512;
   o.kv_tokens = 4096;
   o.page_tokens = 16;
-  GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> gpu, CudaModel::FromHost(c, cpu->weights(), o));
+  GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> gpu_model, CudaModel::FromHost(c, cpu->weights(), o));
+  RunnerSession gpu_session(*gpu_model);
+  RunnerSession* gpu = &gpu_session;
+  SampleSpec greedy;
+  greedy.enabled = true;
+  std::vector<SampledToken> sampled;
   nlohmann::json rep;
   rep["model"] = dir;
   rep["tolerance"] = tol;
@@ -57,9 +62,9 @@ Result<nlohmann::json> CheckCudaParity(const std::string& dir, double tol) {
   // 1. Full forward, every row.
   {
     GYRE_ASSIGN_OR_RETURN(int s, gpu->NewSequence());
-    CudaModel::Input in{s, ids, true};
+    RunnerSession::Input in{s, ids, {}, true};
     std::vector<float> got;
-    GYRE_RETURN_IF_ERROR(gpu->Forward(std::span<const CudaModel::Input>(&in, 1), &got));
+    GYRE_RETURN_IF_ERROR(gpu->Step(std::span<const RunnerSession::Input>(&in, 1), nullptr, &got));
     gpu->Release(s);
     SequenceState st = cpu->NewSequence();
     SeqInput ci{&st, ids, true};
@@ -80,8 +85,9 @@ Result<nlohmann::json> CheckCudaParity(const std::string& dir, double tol) {
     SequenceState st = cpu->NewSequence();
     std::vector<int32_t> g_ids, c_ids, next;
     std::vector<float> lg;
-    CudaModel::Input in{s, prompt, false};
-    GYRE_RETURN_IF_ERROR(gpu->Forward(std::span<const CudaModel::Input>(&in, 1), nullptr, &next));
+    RunnerSession::Input in{s, prompt, greedy};
+    GYRE_RETURN_IF_ERROR(gpu->Step(std::span<const RunnerSession::Input>(&in, 1), &sampled));
+    next = {sampled[0].id};
     SeqInput ci{&st, prompt, false};
     GYRE_RETURN_IF_ERROR(cpu->Forward(std::span<const SeqInput>(&ci, 1), &lg));
     int32_t cn = Greedy(lg, V).back();
@@ -90,8 +96,9 @@ Result<nlohmann::json> CheckCudaParity(const std::string& dir, double tol) {
       c_ids.push_back(cn);
       if (i + 1 == golden_greedy.size()) break;
       int32_t gi = next[0];
-      CudaModel::Input d{s, std::span<const int32_t>(&gi, 1), false};
-      GYRE_RETURN_IF_ERROR(gpu->Forward(std::span<const CudaModel::Input>(&d, 1), nullptr, &next));
+      RunnerSession::Input d{s, std::span<const int32_t>(&gi, 1), greedy};
+      GYRE_RETURN_IF_ERROR(gpu->Step(std::span<const RunnerSession::Input>(&d, 1), &sampled));
+      next = {sampled[0].id};
       SeqInput cd{&st, std::span<const int32_t>(&cn, 1), false};
       GYRE_RETURN_IF_ERROR(cpu->Forward(std::span<const SeqInput>(&cd, 1), &lg));
       cn = Greedy(lg, V).back();
@@ -122,16 +129,16 @@ Result<nlohmann::json> CheckCudaParity(const std::string& dir, double tol) {
     }
     double worst = 0;
     for (const auto& step : steps) {
-      std::vector<CudaModel::Input> gb;
+      std::vector<RunnerSession::Input> gb;
       std::vector<SeqInput> cb;
       for (const Piece& p : step) {
         if (p.from + p.len > static_cast<int>(ids.size())) return Status::InvalidArgument("golden input too short");
         std::span<const int32_t> sp(ids.data() + p.from, p.len);
-        gb.push_back({gs[p.who], sp, true});
+        gb.push_back({gs[p.who], sp, {}, true});
         cb.push_back({&cs[p.who], sp, true});
       }
       std::vector<float> gl, cl;
-      GYRE_RETURN_IF_ERROR(gpu->Forward(gb, &gl));
+      GYRE_RETURN_IF_ERROR(gpu->Step(gb, nullptr, &gl));
       GYRE_RETURN_IF_ERROR(cpu->Forward(cb, &cl));
       worst = std::max(worst, ops::Compare(gl, cl).rel_l2);
     }

@@ -1,22 +1,24 @@
-// Generation loop on one or several sequences: prefill (optionally in pieces), then decode one
-// token per step for every unfinished sequence in one ragged forward, until EOS / a stop id /
-// max_tokens. The scheduler with admission and preemption builds on the same Model::Forward.
+// Generation loop on one or several sequences over any model runner (runtime/model_runner.h):
+// prefill (optionally in pieces), then decode one token per step for every unfinished sequence in
+// one ragged step, until EOS / a stop id / max_tokens. Sampling happens inside the runner (on the
+// device for CUDA); only token ids come back. The serving engine (engine/engine.h) drives the same
+// runner step with admission and preemption.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "ops/sampling.h"
 #include "runtime/model.h"
+#include "runtime/model_runner.h"
 
 namespace gyre {
 
 struct GenerateOptions {
   int64_t max_tokens = 16;
-  ops::SamplingParams sampling;       // temperature 0 → greedy
+  ops::SamplingParams sampling;       // temperature 0 → greedy; sequence i draws with seed + i
   std::vector<int32_t> stop_ids;      // in addition to the model's EOS ids
   bool ignore_eos = false;
   int64_t prefill_chunk = 0;          // > 0: prefill in pieces of this many tokens
@@ -30,23 +32,17 @@ struct GenerateResult {
 // Called after every generated token of sequence `seq`.
 using TokenFn = std::function<void(size_t seq, int32_t id)>;
 
-// One ragged step of a backend: for each piece (sequence index into the prompts, new tokens) in
-// order, the logits of the piece's last token ([pieces, vocab]).
-struct RaggedPiece {
-  size_t seq = 0;
-  std::span<const int32_t> ids;
-};
-using RaggedStepFn = std::function<Status(std::span<const RaggedPiece>, std::vector<float>* logits)>;
+// Generates for each prompt on `runner`. Errors: InvalidArgument for an empty prompt, an id out of
+// range or invalid sampling parameters (nothing is generated then); ResourceExhausted when the
+// runner's slots or pages cannot hold the prompts and their tokens.
+Result<std::vector<GenerateResult>> Generate(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
+                                             const GenerateOptions& opts, const TokenFn& on_token = {});
 
-// The generation loop over any backend's step (the CPU Model below; the GPU CudaModel in
-// `gyre generate --backend cuda`).
-Result<std::vector<GenerateResult>> GenerateWith(const ModelConfig& config, const RaggedStepFn& step,
-                                                 const std::vector<std::vector<int32_t>>& prompts,
-                                                 const GenerateOptions& opts, const TokenFn& on_token = {});
-
-// Generates for each prompt. Errors: InvalidArgument for an empty prompt, an id out of range or
-// invalid sampling parameters; nothing is generated then.
+// The same on the CPU model (a CpuRunner sized for exactly these prompts).
 Result<std::vector<GenerateResult>> Generate(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
                                              const GenerateOptions& opts, const TokenFn& on_token = {});
+
+// Pages of `page_tokens` tokens that `prompts` need with `max_tokens` more each.
+int64_t PagesForPrompts(const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens, int64_t page_tokens);
 
 }  // namespace gyre

@@ -4,6 +4,29 @@
 
 namespace gyre {
 
+IdPool::IdPool(int64_t size, std::string what) : size_(size), what_(std::move(what)) {
+  free_.reserve(size);
+  for (int64_t i = size - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
+}
+
+Result<std::vector<int32_t>> IdPool::Allocate(int64_t n) {
+  if (n < 0 || n > num_free()) {
+    return Status::ResourceExhausted(what_ + ": " + std::to_string(n) + " requested, " + std::to_string(num_free()) +
+                                     " of " + std::to_string(size_) + " free");
+  }
+  std::vector<int32_t> out(free_.end() - n, free_.end());
+  std::reverse(out.begin(), out.end());  // ascending ids for a fresh pool: page tables read in order
+  free_.resize(free_.size() - n);
+  return out;
+}
+
+Result<int32_t> IdPool::AllocateOne() {
+  GYRE_ASSIGN_OR_RETURN(std::vector<int32_t> one, Allocate(1));
+  return one[0];
+}
+
+void IdPool::Release(std::span<const int32_t> ids) { free_.insert(free_.end(), ids.rbegin(), ids.rend()); }
+
 AttnRowLayout::AttnRowLayout(const ModelConfig& c) {
   const int64_t L = c.num_hidden_layers;
   latent.assign(L, -1);
@@ -27,32 +50,18 @@ AttnRowLayout::AttnRowLayout(const ModelConfig& c) {
   }
 }
 
-KvPagePool::KvPagePool(const ModelConfig& c, int64_t page_tokens, int64_t num_pages, bool growable)
-    : layout_(c), page_tokens_(page_tokens), num_pages_(num_pages), growable_(growable) {
+KvPageStore::KvPageStore(const ModelConfig& c, int64_t page_tokens, int64_t num_pages)
+    : layout_(c), page_tokens_(page_tokens), num_pages_(num_pages) {
   data_.assign(num_pages_ * page_tokens_ * layout_.row_floats, 0.0f);
-  for (int64_t p = num_pages_ - 1; p >= 0; --p) free_.push_back(static_cast<PageId>(p));
 }
 
-Result<std::vector<PageId>> KvPagePool::Allocate(int64_t n) {
-  if (n > num_free()) {
-    if (!growable_) {
-      return Status::ResourceExhausted("KV page pool: " + std::to_string(n) + " pages requested, " +
-                                       std::to_string(num_free()) + " free");
-    }
-    const int64_t add = std::max(n - num_free(), num_pages_);  // grow geometrically
-    data_.resize((num_pages_ + add) * page_tokens_ * layout_.row_floats, 0.0f);
-    for (int64_t p = num_pages_ + add - 1; p >= num_pages_; --p) free_.insert(free_.begin(), static_cast<PageId>(p));
-    num_pages_ += add;
-  }
-  std::vector<PageId> out(free_.end() - n, free_.end());
-  free_.resize(free_.size() - n);
-  return out;
+void KvPageStore::Grow(int64_t num_pages) {
+  if (num_pages <= num_pages_) return;
+  num_pages_ = num_pages;
+  data_.resize(num_pages_ * page_tokens_ * layout_.row_floats, 0.0f);
 }
 
-void KvPagePool::Release(std::span<const PageId> ids) { free_.insert(free_.end(), ids.begin(), ids.end()); }
-
-KdaSlotPool::KdaSlotPool(const ModelConfig& c, int64_t num_slots, bool growable)
-    : num_slots_(num_slots), growable_(growable) {
+KdaSlotStore::KdaSlotStore(const ModelConfig& c, int64_t num_slots) : num_slots_(num_slots) {
   const int64_t L = c.num_hidden_layers, P = c.linear_num_heads * c.linear_head_dim;
   conv_off_.assign(L, -1);
   rec_off_.assign(L, -1);
@@ -64,21 +73,16 @@ KdaSlotPool::KdaSlotPool(const ModelConfig& c, int64_t num_slots, bool growable)
     slot_floats_ += c.linear_num_heads * c.linear_head_dim * c.linear_head_dim;
   }
   data_.assign(num_slots_ * slot_floats_, 0.0f);
-  for (int64_t s = num_slots_ - 1; s >= 0; --s) free_.push_back(static_cast<SlotId>(s));
 }
 
-Result<SlotId> KdaSlotPool::Allocate() {
-  if (free_.empty()) {
-    if (!growable_) return Status::ResourceExhausted("KDA state slots: all " + std::to_string(num_slots_) + " in use");
-    data_.resize((num_slots_ + 1) * slot_floats_, 0.0f);
-    free_.push_back(static_cast<SlotId>(num_slots_++));
-  }
-  const SlotId s = free_.back();
-  free_.pop_back();
+void KdaSlotStore::Grow(int64_t num_slots) {
+  if (num_slots <= num_slots_) return;
+  num_slots_ = num_slots;
+  data_.resize(num_slots_ * slot_floats_, 0.0f);
+}
+
+void KdaSlotStore::Zero(SlotId s) {
   std::fill(data_.begin() + s * slot_floats_, data_.begin() + (s + 1) * slot_floats_, 0.0f);
-  return s;
 }
-
-void KdaSlotPool::Release(SlotId id) { free_.push_back(id); }
 
 }  // namespace gyre

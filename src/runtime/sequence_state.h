@@ -1,16 +1,20 @@
-// SequenceState: everything one sequence carries between forward steps, held in the engine's two
-// pools (runtime/memory_pools.h): a page table into the KvPagePool for the DSA/MLA per-token rows
-// (latent c, k_rot, indexer k_I and γ) and one KdaSlotPool slot for the KDA conv tails and fp32
-// recurrent states. The pooled indexer keys of completed pools (one row per m tokens) are kept
-// per sequence.
+// SequenceState: everything one sequence carries between CPU forward steps: a page table into a
+// KvPageStore for the DSA/MLA per-token rows (latent c, k_rot, indexer k_I and γ) and one
+// KdaSlotStore slot for the KDA conv tails and fp32 recurrent states. The pooled indexer keys of
+// completed pools (one row per m tokens) are kept per sequence.
 //
-// A standalone sequence (Model::NewSequence) owns small growable pools; an engine sequence
-// borrows the engine's pools. The destructor returns pages and the slot to their pools.
+// Two modes:
+//  - standalone (Model::NewSequence): owns small stores that grow as tokens arrive; its pages are
+//    0, 1, 2, … of its own store. For tests, parity checks and `gyre forward`.
+//  - bound (CpuRunner): borrows the runner's stores at a slot the engine chose; the engine's block
+//    table is set with SetPages before each step, and Reset starts a new sequence in the slot.
+//    No ids are allocated here: bookkeeping is the engine's (runtime/model_runner.h).
 // Thread safety: owned by one sequence; a forward step mutates it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/config.h"
@@ -21,23 +25,27 @@ namespace gyre {
 
 class SequenceState {
  public:
-  // Standalone: private growable pools.
+  // Standalone: private growable stores.
   explicit SequenceState(const ModelConfig& c);
-  // Borrows `kv` and `kda`; takes one KDA slot (ResourceExhausted when none is free).
-  static Result<std::unique_ptr<SequenceState>> Create(const ModelConfig& c, KvPagePool* kv, KdaSlotPool* kda);
-  ~SequenceState();
-  SequenceState(SequenceState&&) noexcept;
+  // Bound to `slot` of `kda` and to pages of `kv` (both outlive this).
+  SequenceState(const ModelConfig& c, KvPageStore* kv, KdaSlotStore* kda, SlotId slot);
+  ~SequenceState() = default;
+  SequenceState(SequenceState&&) noexcept = default;
   SequenceState& operator=(SequenceState&&) = delete;
   SequenceState(const SequenceState&) = delete;
   SequenceState& operator=(const SequenceState&) = delete;
 
   int64_t num_tokens = 0;  // tokens already processed
 
-  // Pages needed to hold `total_tokens` tokens, and how many more than held now.
+  // Bound mode: a new sequence in this slot (zero state, no tokens, no pooled keys).
+  void Reset();
+  // Bound mode: the block table for the next step (page ids of the runner's store).
+  void SetPages(std::span<const PageId> pages) { pages_.assign(pages.begin(), pages.end()); }
+
+  // Pages needed to hold `total_tokens` tokens.
   int64_t PagesFor(int64_t total_tokens) const;
-  int64_t ExtraPagesFor(int64_t total_tokens) const;
-  // Ensures pages for `total_tokens` tokens. ResourceExhausted (nothing allocated) if the pool
-  // cannot supply them.
+  // Ensures pages for `total_tokens` tokens: standalone grows its store; bound returns
+  // InvalidArgument when the block table set by SetPages is too short (nothing changes).
   Status Reserve(int64_t total_tokens);
   int64_t num_pages() const { return static_cast<int64_t>(pages_.size()); }
 
@@ -55,13 +63,10 @@ class SequenceState {
   std::vector<int64_t> num_pools;
 
  private:
-  SequenceState(const ModelConfig& c, KvPagePool* kv, KdaSlotPool* kda, SlotId slot);
-  void ReleaseAll();
-
-  std::unique_ptr<KvPagePool> own_kv_;
-  std::unique_ptr<KdaSlotPool> own_kda_;
-  KvPagePool* kv_ = nullptr;
-  KdaSlotPool* kda_ = nullptr;
+  std::unique_ptr<KvPageStore> own_kv_;
+  std::unique_ptr<KdaSlotStore> own_kda_;
+  KvPageStore* kv_ = nullptr;
+  KdaSlotStore* kda_ = nullptr;
   SlotId slot_ = -1;
   std::vector<PageId> pages_;
 };

@@ -104,8 +104,8 @@ class FakeEngine final : public Engine {
     return s;
   }
 
-  const Model& model() const override {
-    std::fprintf(stderr, "FakeEngine::model() is not available\n");
+  const ModelConfig& config() const override {
+    std::fprintf(stderr, "FakeEngine::config() is not available\n");
     std::abort();
   }
 

@@ -581,4 +581,59 @@ int SampleClusterSize(int64_t rows, int64_t vocab) {
   return PickCluster(rows, vocab, d);
 }
 
+// ---- log-probabilities of sampled ids ----------------------------------------------------------
+
+namespace {
+constexpr int kLpThreads = 512;
+
+__device__ float BlockReduce(float v, float* red, bool is_max) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, w) : v + w;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kLpThreads / 32 ? red[lane] : (is_max ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+      const float w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = is_max ? fmaxf(v, w) : v + w;
+    }
+    if (lane == 0) red[0] = v;
+  }
+  __syncthreads();
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+__global__ void __launch_bounds__(kLpThreads) RowLogProbKernel(const float* __restrict__ logits, int64_t vocab,
+                                                               const int32_t* __restrict__ ids, float* __restrict__ out) {
+  __shared__ float red[kLpThreads / 32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += kLpThreads) mx = fmaxf(mx, row[i]);
+  mx = BlockReduce(mx, red, true);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += kLpThreads) sum += __expf(row[i] - mx);
+  sum = BlockReduce(sum, red, false);
+  if (threadIdx.x == 0) {
+    const int32_t id = ids[blockIdx.x];
+    out[blockIdx.x] = id >= 0 && id < vocab ? row[id] - mx - logf(sum) : __int_as_float(0x7fc00000);
+  }
+}
+}  // namespace
+
+Status RowLogProbs(const float* logits, int64_t rows, int64_t vocab, const int32_t* ids, float* out,
+                   cudaStream_t stream) {
+  if (rows < 0 || vocab < 1) return Status::InvalidArgument("RowLogProbs: bad shape");
+  if (rows == 0) return Status::Ok();
+  if (!logits || !ids || !out) return Status::InvalidArgument("RowLogProbs: null pointer");
+  if (rows > INT_MAX) return Status::InvalidArgument("RowLogProbs: too many rows");
+  RowLogProbKernel<<<static_cast<unsigned>(rows), kLpThreads, 0, stream>>>(logits, vocab, ids, out);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::Ok();
+}
+
 }  // namespace gyre::cuda

@@ -62,6 +62,13 @@ struct SampleConfig {
 Status SampleRows(const float* logits, int64_t rows, int64_t vocab, const SampleParamsDev* params, int32_t* ids,
                   cudaStream_t stream, SampleConfig cfg = {});
 
+// Enqueues out[r] ← log_softmax(logits[r])[ids[r]] at temperature 1 (fp32 max, fp32 exp sums in a
+// fixed order per row: deterministic; agrees with the CPU's double log-softmax to ~1e-6 relative
+// of the row's log-sum-exp). Rows with ids[r] outside [0, vocab) get NaN. One CTA per row; no
+// allocation, no synchronisation (graph-capturable). InvalidArgument for bad shapes or nulls.
+Status RowLogProbs(const float* logits, int64_t rows, int64_t vocab, const int32_t* ids, float* out,
+                   cudaStream_t stream);
+
 // The largest vocabulary SampleRows supports on the current device (a row must fit in the shared
 // memory of 8 CTAs; 2^19 at most): 400k+ on an H100/H200.
 int64_t SampleMaxVocab();

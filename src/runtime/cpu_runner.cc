@@ -1,0 +1,97 @@
+#include "runtime/cpu_runner.h"
+
+#include <algorithm>
+
+#include "core/trace.h"
+
+namespace gyre {
+
+int64_t CpuRunner::PagesForBytes(const ModelConfig& c, int64_t page_tokens, int64_t bytes) {
+  const int64_t page_bytes = page_tokens * AttnRowLayout(c).row_floats * static_cast<int64_t>(sizeof(float));
+  return page_bytes > 0 ? bytes / page_bytes : 0;
+}
+
+Result<std::unique_ptr<CpuRunner>> CpuRunner::Create(const Model& model, const CpuRunnerOptions& o) {
+  if (o.page_tokens < 1) return Status::InvalidArgument("page_tokens must be >= 1");
+  if (o.num_slots < 1) return Status::InvalidArgument("num_slots must be >= 1");
+  if (o.num_pages < 0) return Status::InvalidArgument("num_pages must be >= 0");
+  if (o.max_step_tokens < 1) return Status::InvalidArgument("max_step_tokens must be >= 1");
+  return std::unique_ptr<CpuRunner>(new CpuRunner(model, o));
+}
+
+CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& o)
+    : model_(model),
+      opts_(o),
+      kv_(model.config(), o.page_tokens, AttnRowLayout(model.config()).row_floats > 0 ? o.num_pages : 0),
+      kda_(model.config(), o.num_slots) {
+  for (int64_t s = 0; s < o.num_slots; ++s) {
+    slots_.push_back(std::make_unique<SequenceState>(model.config(), &kv_, &kda_, static_cast<SlotId>(s)));
+  }
+}
+
+RunnerCapacity CpuRunner::capacity() const {
+  RunnerCapacity c;
+  c.num_pages = kv_.num_pages();
+  c.page_tokens = opts_.page_tokens;
+  c.num_slots = opts_.num_slots;
+  c.max_step_tokens = opts_.max_step_tokens;
+  c.max_step_pieces = opts_.num_slots;
+  c.bytes_per_page = kv_.bytes_per_page();
+  c.bytes_per_slot = kda_.bytes_per_slot();
+  return c;
+}
+
+Status CpuRunner::Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out,
+                       std::vector<float>* logits_out) {
+  const int64_t V = model_.config().vocab_size;
+  int64_t total = 0;
+  std::vector<SeqInput> batch;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const StepPiece& p = pieces[i];
+    if (p.slot < 0 || p.slot >= opts_.num_slots)
+      return Status::InvalidArgument("piece " + std::to_string(i) + ": slot " + std::to_string(p.slot) +
+                                     " is outside [0, " + std::to_string(opts_.num_slots) + ")");
+    for (size_t j = 0; j < i; ++j)
+      if (pieces[j].slot == p.slot) return Status::InvalidArgument("slot " + std::to_string(p.slot) + " twice in one step");
+    for (PageId pg : p.pages)
+      if (pg < 0 || pg >= kv_.num_pages())
+        return Status::InvalidArgument("page " + std::to_string(pg) + " is outside the page pool");
+    SequenceState& s = *slots_[p.slot];
+    if (p.start != 0 && p.start != s.num_tokens)
+      return Status::InvalidArgument("piece " + std::to_string(i) + ": start " + std::to_string(p.start) +
+                                     " but slot " + std::to_string(p.slot) + " holds " + std::to_string(s.num_tokens) +
+                                     " tokens");
+    if (p.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sample.params));
+    total += static_cast<int64_t>(p.ids.size());
+  }
+  if (total > opts_.max_step_tokens)
+    return Status::InvalidArgument(std::to_string(total) + " tokens in one step; at most " +
+                                   std::to_string(opts_.max_step_tokens));
+  for (const StepPiece& p : pieces) {
+    SequenceState& s = *slots_[p.slot];
+    if (p.start == 0) s.Reset();
+    s.SetPages(p.pages);
+    batch.push_back({&s, p.ids, p.all_logits});
+  }
+  std::vector<float> logits;
+  GYRE_RETURN_IF_ERROR(model_.Forward(batch, &logits));
+  GYRE_SPAN("sample", "sample", trace::Attrs{.detail = "rows=" + std::to_string(pieces.size())});
+  if (out) {
+    out->assign(pieces.size(), SampledToken{});
+    int64_t r = 0;  // first logits row of piece i
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const int64_t rows = pieces[i].all_logits ? static_cast<int64_t>(pieces[i].ids.size()) : 1;
+      r += rows;
+      const SampleSpec& sp = pieces[i].sample;
+      if (!sp.enabled) continue;
+      std::span<const float> row(&logits[(r - 1) * V], V);
+      SampledToken& t = (*out)[i];
+      t.id = SampleKeyed(row, sp.params, sp.offset);
+      LogProbs(row, t.id, sp.top_logprobs, &t);
+    }
+  }
+  if (logits_out) *logits_out = std::move(logits);
+  return Status::Ok();
+}
+
+}  // namespace gyre

@@ -1,0 +1,48 @@
+// CpuRunner: the CPU Model as a ModelRunner (runtime/model_runner.h). It owns the storage of both
+// caches (a KvPageStore and a KdaSlotStore in host memory) and one bound SequenceState per slot;
+// the ids are the engine's. Sampling and logprobs run on the host with the CPU definitions
+// (SampleKeyed, LogProbs).
+// Thread safety: one caller at a time.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/model.h"
+#include "runtime/model_runner.h"
+
+namespace gyre {
+
+struct CpuRunnerOptions {
+  int64_t page_tokens = 16;
+  int64_t num_pages = 0;         // page pool size (ignored when the model has no attention layer)
+  int64_t num_slots = 16;        // KDA state slots = concurrent sequences
+  int64_t max_step_tokens = 1 << 20;
+};
+
+class CpuRunner final : public ModelRunner {
+ public:
+  // The budget in bytes → pages at this model's page size (what `--kv-memory` means on the CPU).
+  static int64_t PagesForBytes(const ModelConfig& c, int64_t page_tokens, int64_t bytes);
+
+  // `model` must outlive the runner. InvalidArgument for non-positive sizes.
+  static Result<std::unique_ptr<CpuRunner>> Create(const Model& model, const CpuRunnerOptions& opts);
+
+  const ModelConfig& config() const override { return model_.config(); }
+  RunnerCapacity capacity() const override;
+  std::string backend() const override { return "cpu"; }
+  Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out,
+              std::vector<float>* logits = nullptr) override;
+
+  const Model& model() const { return model_; }
+
+ private:
+  CpuRunner(const Model& model, const CpuRunnerOptions& opts);
+  const Model& model_;
+  CpuRunnerOptions opts_;
+  KvPageStore kv_;
+  KdaSlotStore kda_;
+  std::vector<std::unique_ptr<SequenceState>> slots_;
+};
+
+}  // namespace gyre

@@ -1,0 +1,91 @@
+#include "runtime/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gyre {
+
+namespace {
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset) {
+  if (p.temperature <= 0.0f) return ops::Argmax(logits);
+  ops::Sampler s(SplitMix64(p.seed ^ SplitMix64(offset)));
+  return s.Sample(logits, p);
+}
+
+void LogProbs(std::span<const float> logits, int32_t id, int32_t k, SampledToken* out) {
+  float mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  out->logprob = static_cast<float>(logits[id] - lse);
+  out->top.clear();
+  if (k <= 0) return;
+  std::vector<int32_t> idx(logits.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+  k = std::min<int32_t>(k, static_cast<int32_t>(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int32_t i = 0; i < k; ++i) out->top.push_back({idx[i], static_cast<float>(logits[idx[i]] - lse)});
+}
+
+// ---- RunnerSession -------------------------------------------------------------------------------
+
+RunnerSession::RunnerSession(ModelRunner& runner)
+    : runner_(runner),
+      cap_(runner.capacity()),
+      pages_(cap_.num_pages, "KV pages"),
+      slots_(cap_.num_slots, "KDA state slots") {}
+
+Result<int> RunnerSession::NewSequence() {
+  GYRE_ASSIGN_OR_RETURN(SlotId slot, slots_.AllocateOne());
+  seqs_.push_back({slot, {}, 0});
+  return static_cast<int>(seqs_.size() - 1);
+}
+
+void RunnerSession::Release(int seq) {
+  if (seq < 0 || seq >= static_cast<int>(seqs_.size()) || seqs_[seq].slot < 0) return;
+  Seq& s = seqs_[seq];
+  pages_.Release(s.pages);
+  slots_.Release(s.slot);
+  s = Seq{};
+}
+
+int64_t RunnerSession::NumTokens(int seq) const {
+  if (seq < 0 || seq >= static_cast<int>(seqs_.size()) || seqs_[seq].slot < 0) return -1;
+  return seqs_[seq].num_tokens;
+}
+
+Status RunnerSession::Step(std::span<const Input> inputs, std::vector<SampledToken>* out,
+                           std::vector<float>* logits) {
+  const bool paged = cap_.num_pages > 0;
+  int64_t need = 0;
+  for (const Input& in : inputs) {
+    if (NumTokens(in.seq) < 0) return Status::InvalidArgument("unknown sequence " + std::to_string(in.seq));
+    const Seq& s = seqs_[in.seq];
+    const int64_t total = s.num_tokens + static_cast<int64_t>(in.ids.size());
+    if (paged) need += std::max<int64_t>(0, (total + cap_.page_tokens - 1) / cap_.page_tokens - s.pages.size());
+  }
+  GYRE_ASSIGN_OR_RETURN(std::vector<PageId> got, pages_.Allocate(need));
+  size_t g = 0;
+  std::vector<StepPiece> pieces;
+  for (const Input& in : inputs) {
+    Seq& s = seqs_[in.seq];
+    const int64_t total = s.num_tokens + static_cast<int64_t>(in.ids.size());
+    while (paged && static_cast<int64_t>(s.pages.size()) * cap_.page_tokens < total) s.pages.push_back(got[g++]);
+    pieces.push_back({s.slot, s.pages, s.num_tokens, in.ids, in.sample, in.all_logits});
+  }
+  GYRE_RETURN_IF_ERROR(runner_.Step(pieces, out, logits));
+  for (const Input& in : inputs) seqs_[in.seq].num_tokens += static_cast<int64_t>(in.ids.size());
+  return Status::Ok();
+}
+
+}  // namespace gyre

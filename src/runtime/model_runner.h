@@ -1,0 +1,134 @@
+// ModelRunner: the seam between the engine and a model (docs/architecture.md "The seam between
+// the engine and a model"). The engine owns the bookkeeping of both caches — which page and slot
+// ids are free, which sequence holds which, block tables — and a runner owns the storage behind
+// those ids and one operation: run a ragged step and return sampled tokens and logprobs.
+//
+// The CPU model (CpuRunner, runtime/cpu_runner.h) and the CUDA model (CudaModel,
+// runtime/cuda_model.h) are runners; a sharded, disaggregated, quantized or speculative model is a
+// runner or a decorator of one, never a second engine.
+//
+// What a step means (the one definition both backends implement):
+//  - A step is a list of pieces; each piece is one sequence's new tokens: a decode row (1 token on
+//    a sequence that has history) or a prefill piece (any number of tokens, from `start`).
+//  - Sequence lifecycle: a piece with start == 0 begins a new sequence in its slot (the runner
+//    zeroes the slot's KDA state and forgets any history). A piece with start > 0 continues the
+//    sequence that the slot holds, whose first `start` tokens are in its pages. The engine frees
+//    ids without telling the runner; a freed slot is dead until a start-0 piece reuses it.
+//  - `pages` is the block table: pages[j] holds tokens [j·page_tokens, (j+1)·page_tokens). It
+//    covers at least start + ids.size() tokens (InvalidArgument otherwise).
+//  - Sampling: when `sample.enabled`, the runner draws one token from the piece's last row under
+//    `sample.params` with the counter `sample.offset` (the request's number of generated tokens:
+//    draws are a function of (logits, params, seed, offset) only, so a seeded request gives the
+//    same tokens in any batch composition, after preemption, across runs). The sampled token's
+//    log-softmax (temperature 1) is always returned; `top_logprobs` > 0 adds the best alternatives.
+//  - Errors: InvalidArgument (bad ids, block table too short, a slot twice, too many tokens or
+//    pieces for the capacity), Internal (device). After an error the engine must treat every
+//    sequence of the step as lost (it ends them); nothing else is affected.
+// Thread safety: a runner is driven by one thread at a time (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "ops/sampling.h"
+#include "runtime/memory_pools.h"
+
+namespace gyre {
+
+// What the storage behind the ids holds, for the engine's budgets and /metrics.
+struct RunnerCapacity {
+  int64_t num_pages = 0;        // page ids 0..num_pages-1 (0 when the model has no attention layer)
+  int64_t page_tokens = 16;     // tokens per page
+  int64_t num_slots = 0;        // slot ids 0..num_slots-1
+  int64_t max_step_tokens = 0;  // new tokens per step
+  int64_t max_step_pieces = 0;  // pieces per step
+  int64_t bytes_per_page = 0;   // all attention layers
+  int64_t bytes_per_slot = 0;   // all KDA layers
+};
+
+struct SampleSpec {
+  bool enabled = false;
+  ops::SamplingParams params;  // params.seed keys the draw
+  uint64_t offset = 0;         // draw counter: the request's generated-token count
+  int32_t top_logprobs = 0;    // 0..20 alternatives
+};
+
+struct StepPiece {
+  SlotId slot = -1;
+  std::span<const PageId> pages;
+  int64_t start = 0;              // tokens of this sequence already in the cache
+  std::span<const int32_t> ids;   // new tokens (>= 1)
+  SampleSpec sample;
+  bool all_logits = false;        // verification: logits of every new token, not only the last
+};
+
+struct SampledToken {
+  int32_t id = -1;                                   // -1 when the piece did not sample
+  float logprob = 0;                                 // log-softmax of `id` (temperature 1)
+  std::vector<std::pair<int32_t, float>> top;        // top_logprobs alternatives, best first
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual RunnerCapacity capacity() const = 0;
+  virtual std::string backend() const = 0;  // "cpu", "cuda"
+
+  // Runs one step. `out` (may be null) gets one entry per piece, in order (id -1 where sampling
+  // was not asked). `logits` (may be null: nothing is copied back, the normal serving path) gets,
+  // per piece in order, [1 or ids.size() (all_logits), vocab] fp32 rows, for verification.
+  virtual Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out,
+                      std::vector<float>* logits = nullptr) = 0;
+};
+
+// One draw from `logits` under `p` keyed by (seed, offset) (the CPU definition: ops::Sampler over
+// the support of ops::SamplingSupport); greedy when temperature <= 0.
+int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset);
+
+// log-softmax of `logits` at `id` and the `k` best alternatives (ties → lower id).
+void LogProbs(std::span<const float> logits, int32_t id, int32_t k, SampledToken* out);
+
+// RunnerSession: sequences on a runner for callers without an engine (gyre generate, verify model,
+// bench model, tests): it keeps the id bookkeeping (an IdPool each for pages and slots) and each
+// sequence's block table. Not thread-safe.
+class RunnerSession {
+ public:
+  explicit RunnerSession(ModelRunner& runner);
+  ModelRunner& runner() { return runner_; }
+
+  // A new empty sequence (a slot). ResourceExhausted when every slot is in use.
+  Result<int> NewSequence();
+  // Returns the sequence's pages and slot. Unknown ids are ignored.
+  void Release(int seq);
+  int64_t NumTokens(int seq) const;
+  int64_t free_pages() const { return pages_.num_free(); }
+
+  struct Input {
+    int seq = -1;
+    std::span<const int32_t> ids;
+    SampleSpec sample;
+    bool all_logits = false;
+  };
+  // One step over the sequences' new tokens: pages are taken (all or nothing: ResourceExhausted),
+  // the runner steps, and the sequences advance. `out` / `logits` as in ModelRunner::Step.
+  Status Step(std::span<const Input> inputs, std::vector<SampledToken>* out, std::vector<float>* logits = nullptr);
+
+ private:
+  struct Seq {
+    SlotId slot = -1;
+    std::vector<PageId> pages;
+    int64_t num_tokens = 0;
+  };
+  ModelRunner& runner_;
+  RunnerCapacity cap_;
+  IdPool pages_, slots_;
+  std::vector<Seq> seqs_;  // index = sequence id; slot -1 = released
+};
+
+}  // namespace gyre
