@@ -25,6 +25,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   BUILD=$ROOT/build/cuda
   rm -rf "$PACK" && mkdir -p "$PACK/lib"
   bins=(gyre gyre_cuda_bench)
+  [[ -x "$BUILD/test_engine" ]] && bins+=(test_engine)
   for f in "$BUILD"/gyre_*_bench; do [[ -x "$f" ]] && bins+=("$(basename "$f")"); done
   for b in "${bins[@]}"; do
     strip --strip-debug -o "$PACK/$b" "$BUILD/$b"
@@ -54,7 +55,7 @@ echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,kda,mla,moe,sampling,sanitizer,modelbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,engine,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -138,6 +139,22 @@ EOF2
 fi
 
 # ---- 3. self-check, ceilings and microbenchmarks ----
+# ---- the engine over the CUDA runner, and the server on loopback ----
+if has_step engine; then
+  if [[ -x "$PACK/test_engine" ]]; then
+    echo "== test_engine on the CUDA runner"
+    timeout 300 "$PACK/test_engine" --gtest_filter='*cuda*' --gtest_output="json:$OUT/gpu_engine_tests.json" \
+      > "$OUT/gpu_engine_tests.log" 2>&1 || status=1
+    grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_engine_tests.log" | head -20
+  else
+    echo "== no packed test_engine"; status=1
+  fi
+fi
+if [[ -n "$GYRE" ]] && has_step serve; then
+  echo "== gyre serve --backend cuda vs the CPU server (tools/gpu/serve_check.py)"
+  timeout 600 python3 tools/gpu/serve_check.py --gyre "$GYRE" --out "$OUT/gpu_serve_check.json" || status=1
+fi
+
 if has_step kda && [[ -n "$BENCH" ]]; then
   echo "== gyre_cuda_bench"
   timeout ${GYRE_BENCH_TIMEOUT:-240} "$BENCH" --out "$OUT" --commit "$COMMIT" ${GYRE_BENCH_ARGS:-} || status=1
@@ -172,6 +189,10 @@ if [[ -n "$GYRE" ]] && has_step modelbench; then
   echo "== gyre bench model --backend cuda"
   timeout ${GYRE_MODEL_BENCH_TIMEOUT:-300} "$GYRE" bench model --backend cuda --config bench/configs/glm5_next_4layer.json \
     --random-weights --batches 1,16,64,256 --context 1024 --steps 32 --out "$OUT/gpu_model_bench.json" || status=1
+fi
+if [[ -n "$GYRE" ]] && has_step servebench; then
+  echo "== serving benchmarks (tools/gpu/serve_bench.sh)"
+  timeout ${GYRE_SERVE_BENCH_TIMEOUT:-1500} tools/gpu/serve_bench.sh "$GYRE" "$OUT/servebench" ${GYRE_SERVE_BENCH_CONFIGS:-} || status=1
 fi
 if has_step hf; then
   echo "== transformers' chunked KDA at the KDA prefill shapes"

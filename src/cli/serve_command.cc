@@ -11,7 +11,9 @@
 #include <pthread.h>
 #include <sstream>
 
+#include "core/trace.h"
 #include "engine/engine.h"
+#include "feedback/trace_export.h"
 #include "model/config.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
@@ -51,6 +53,7 @@ struct ServeArgs {
   std::string dtype = "auto";     // cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16
   double gpu_memory_utilization = 0.9;
   uint64_t seed = 0;
+  std::string trace;              // --trace FILE: spans of the whole run, written at shutdown
 };
 
 int Fail(const Status& s) {
@@ -225,6 +228,10 @@ int RunServe(const ServeArgs& a) {
     (*engine)->Stop();
     return Fail(s);
   }
+  if (!a.trace.empty()) {
+    trace::Clear();
+    trace::Enable(true);
+  }
   std::printf("%s\n", (*server)->Banner().c_str());
   std::printf("gyre serve: backend %s\n", backend_line.c_str());
   if (!tpl_origin.empty()) std::printf("gyre serve: chat template from %s\n", tpl_origin.c_str());
@@ -236,6 +243,14 @@ int RunServe(const ServeArgs& a) {
   (*server)->Stop();
   server->reset();
   engine->reset();
+  if (!a.trace.empty()) {
+    trace::Enable(false);
+    const auto spans = trace::Collect();
+    Status ts = feedback::WriteChromeTrace(a.trace, spans, {{"command", "serve"}, {"backend", a.backend}});
+    if (ts.ok()) ts = feedback::WriteEventsJsonl(a.trace + ".events.jsonl", spans);
+    if (!ts.ok()) return Fail(ts);
+    std::fprintf(stderr, "gyre serve: wrote %zu spans to %s\n", spans.size(), a.trace.c_str());
+  }
   std::fprintf(stderr, "gyre serve: stopped\n");
   return 0;
 }
@@ -298,6 +313,7 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "cuda: fraction of the GPU memory free after weights and scratch that the KV page pool takes (default 0.9)")
       ->check(CLI::Range(0.01, 1.0));
   s->add_option("--seed", args->seed, "cuda --config: random-weight seed");
+  s->add_option("--trace", args->trace, "record spans (engine steps; cuda: GPU busy/idle per step) to a Chrome trace, written at shutdown");
   s->callback([args, runner] { *runner = [args] { return RunServe(*args); }; });
 }
 

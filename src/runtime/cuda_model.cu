@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "core/dtype.h"
+#include "core/trace.h"
 #include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/device_buffer.h"
@@ -416,6 +417,10 @@ struct CudaModel::Impl {
   int32_t* host_blob = nullptr;
   int32_t* dev_blob = nullptr;
 
+  // Step timing: begin of the current step, end of the current and the previous (alternating).
+  cudaEvent_t step_begin = nullptr, step_end[2] = {nullptr, nullptr};
+  int step_parity = 0;
+  bool have_prev_step = false;
   // Layer profiling: events[0] before the embedding, [1] after it, [2 + l] after layer l, last after the head.
   std::vector<cudaEvent_t> events;
   bool profiling = false;
@@ -445,6 +450,8 @@ struct CudaModel::Impl {
     for (auto& [k, g] : graphs) (void)cudaGraphExecDestroy(g);
     for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
     for (cudaEvent_t e : sec_events) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : {step_begin, step_end[0], step_end[1]})
+      if (e) (void)cudaEventDestroy(e);
     if (host_blob) (void)cudaFreeHost(host_blob);
     if (host_sample_params) (void)cudaFreeHost(host_sample_params);
   }
@@ -823,6 +830,7 @@ Status CudaModel::Impl::BuildScratch() {
   blob_ints = o_bt + bt_cap;
   GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_blob, blob_ints * 4));
   GYRE_ASSIGN_OR_RETURN(dev_blob, AllocN<int32_t>(blob_ints, sb));
+  for (cudaEvent_t* e : {&step_begin, &step_end[0], &step_end[1]}) GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreate(e));
   // Warm the sampler once outside any graph capture (it raises its shared-memory limit on first use).
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(glogits, 0, c.vocab_size * 4, s()));
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sample_params, 0, sizeof(cuda::SampleParamsDev), s()));
@@ -1233,6 +1241,7 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
   const int64_t bd = static_cast<int64_t>(order.size());
   for (size_t i = 0; i < batch.size(); ++i)
     if (!is_decode(batch[i])) order.push_back(i);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.s()));
   // New sequences: zero their slots' KDA state (conv tail + recurrent).
   for (const StepPiece& in : batch) {
     if (in.start != 0) continue;
@@ -1369,7 +1378,32 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
       }
     }
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids.data(), m.next_ids, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
-    return m.stream.Synchronize();
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_end[m.step_parity], m.s()));
+    GYRE_RETURN_IF_ERROR(m.stream.Synchronize());
+    // GPU busy time of this step and idle time since the previous one, from the events.
+    const int64_t now = trace::NowNs();
+    float busy = 0, idle = 0;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&busy, m.step_begin, m.step_end[m.step_parity]));
+    const bool gap = m.have_prev_step;
+    if (gap) GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&idle, m.step_end[m.step_parity ^ 1], m.step_begin));
+    CudaModelStats& stt = m.stats;
+    stt.steps++;
+    stt.busy_ms_total += busy;
+    if (gap) {
+      stt.idle_ms_total += idle;
+      stt.idle_ms_max = std::max<double>(stt.idle_ms_max, idle);
+      if (stt.idle_us.size() < (size_t(1) << 20)) stt.idle_us.push_back(idle * 1000.0f);
+    }
+    if (trace::Enabled()) {
+      const int64_t busy_ns = static_cast<int64_t>(busy * 1e6), idle_ns = static_cast<int64_t>(idle * 1e6);
+      trace::Record({"gpu.busy", "gpu", now - busy_ns, busy_ns, kGpuTraceTid,
+                     trace::Attrs{.tokens = total, .detail = "pieces=" + std::to_string(batch.size()) +
+                                                             (use_graph ? " graph" : " eager")}});
+      if (gap) trace::Record({"gpu.idle", "gpu", now - busy_ns - idle_ns, idle_ns, kGpuTraceTid, {}});
+    }
+    m.have_prev_step = true;
+    m.step_parity ^= 1;
+    return Status::Ok();
   };
   m.profiling = !m.events.empty() && !use_graph;
   const Status st = run();

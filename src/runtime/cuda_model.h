@@ -62,7 +62,18 @@ struct CudaModelStats {
   // With profile_layers: milliseconds of the last eager step by section ("<attn kind>/<op>" inside
   // layers, summed over the layers of that kind; "embed", "head.norm", "lm_head", "argmax").
   std::map<std::string, double> op_ms;
+  // Every step, from CUDA events around the step's stream work: GPU busy time of the step and the
+  // GPU idle time since the previous step ended (host work between steps: scheduling, emitting,
+  // uploads). Also recorded as trace spans "gpu.busy" / "gpu.idle" (category "gpu", track
+  // kGpuTraceTid) when tracing is on; `gyre analyze` sums them.
+  int64_t steps = 0;
+  double busy_ms_total = 0, idle_ms_total = 0, idle_ms_max = 0;
+  std::vector<float> idle_us;  // per step after the first (the most recent 1M)
 };
+
+// Trace track of the GPU spans ("gpu.busy", "gpu.idle"); their durations come from CUDA events,
+// their placement is the host time the step's synchronisation returned.
+inline constexpr uint32_t kGpuTraceTid = 0xFFFF;
 
 class CudaModel final : public ModelRunner {
  public:

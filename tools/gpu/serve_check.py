@@ -104,9 +104,12 @@ def main():
 
     for fx in a.fixtures.split(","):
         model = f"tests/fixtures/{fx}"
+        # Fixtures without a tokenizer share glm5_tiny's (the same 1024-token vocabulary).
+        extra = [] if os.path.exists(f"{model}/tokenizer.json") else ["--tokenizer", "tests/fixtures/glm5_tiny/tokenizer.json"]
         gpu, gport, glines = start(a.gyre, ["--backend", "cuda", "--model", model, "--max-num-seqs", "8",
-                                            "--gpu-memory-utilization", "0.05"], f"/tmp/gyre_serve_gpu_{fx}.log")
-        cpu, cport, clines = start(a.gyre, ["--model", model, "--max-num-seqs", "8"], f"/tmp/gyre_serve_cpu_{fx}.log")
+                                            "--gpu-memory-utilization", "0.05", *extra], f"/tmp/gyre_serve_gpu_{fx}.log")
+        cpu, cport, clines = start(a.gyre, ["--model", model, "--max-num-seqs", "8", *extra],
+                                   f"/tmp/gyre_serve_cpu_{fx}.log")
         report["servers"][fx] = {"cuda": glines, "cpu": clines}
         try:
             prompts = ["The quick brown fox", "Hello, world! 1 2 3", "zz top", "a"]
