@@ -155,11 +155,8 @@ int RunGenerate(const GenerateArgs& a) {
     res = Generate(**model, {prompt}, go, on_token);
   }
   if (!a.trace.empty()) {
-    trace::Enable(false);
-    const auto spans = trace::Collect();
-    Status ts = feedback::WriteChromeTrace(a.trace, spans, {{"command", "generate"}, {"model", a.model}});
-    if (ts.ok()) ts = feedback::WriteEventsJsonl(a.trace + ".events.jsonl", spans);
-    if (!ts.ok()) return Fail(ts);
+    auto n = feedback::StopAndWriteTrace(a.trace, {{"command", "generate"}, {"model", a.model}});
+    if (!n.ok()) return Fail(n.error());
   }
   if (!res) return Fail(res.error());
   const GenerateResult& r = (*res)[0];

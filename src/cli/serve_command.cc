@@ -244,12 +244,9 @@ int RunServe(const ServeArgs& a) {
   server->reset();
   engine->reset();
   if (!a.trace.empty()) {
-    trace::Enable(false);
-    const auto spans = trace::Collect();
-    Status ts = feedback::WriteChromeTrace(a.trace, spans, {{"command", "serve"}, {"backend", a.backend}});
-    if (ts.ok()) ts = feedback::WriteEventsJsonl(a.trace + ".events.jsonl", spans);
-    if (!ts.ok()) return Fail(ts);
-    std::fprintf(stderr, "gyre serve: wrote %zu spans to %s\n", spans.size(), a.trace.c_str());
+    auto n = feedback::StopAndWriteTrace(a.trace, {{"command", "serve"}, {"backend", a.backend}});
+    if (!n.ok()) return Fail(n.error());
+    std::fprintf(stderr, "gyre serve: wrote %zu spans to %s\n", *n, a.trace.c_str());
   }
   std::fprintf(stderr, "gyre serve: stopped\n");
   return 0;

@@ -52,6 +52,14 @@ Status WriteChromeTrace(const std::string& path, const std::vector<trace::Span>&
   return f.good() ? Status() : Status::Unavailable("write failed: " + path);
 }
 
+Result<size_t> StopAndWriteTrace(const std::string& path, const nlohmann::json& meta) {
+  trace::Enable(false);
+  const std::vector<trace::Span> spans = trace::Collect();
+  GYRE_RETURN_IF_ERROR(WriteChromeTrace(path, spans, meta));
+  GYRE_RETURN_IF_ERROR(WriteEventsJsonl(path + ".events.jsonl", spans));
+  return spans.size();
+}
+
 Status WriteEventsJsonl(const std::string& path, const std::vector<trace::Span>& spans) {
   std::ofstream f(path);
   if (!f) return Status::Unavailable("cannot write " + path);

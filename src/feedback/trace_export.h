@@ -30,6 +30,10 @@ Status WriteChromeTrace(const std::string& path, const std::vector<trace::Span>&
 // Instant events (scheduler decisions, cache allocation and release, transfers) as JSONL.
 Status WriteEventsJsonl(const std::string& path, const std::vector<trace::Span>& spans);
 
+// Stops recording and writes what was recorded since trace::Clear: the Chrome trace at `path` and
+// the instant events at `path`.events.jsonl. Returns the number of spans written.
+Result<size_t> StopAndWriteTrace(const std::string& path, const nlohmann::json& meta = {});
+
 // Reads a Chrome trace (object with traceEvents, or a bare array). Errors: NotFound,
 // InvalidArgument (not JSON, missing fields).
 Result<std::vector<TraceEvent>> ReadChromeTrace(const std::string& path);

@@ -17,7 +17,11 @@ status=0
 
 serve() {  # serve NAME CONFIG CHUNK: starts a traced server, sets PORT and PID
   local name=$1 cfg=$2 chunk=$3
-  "$GYRE" serve --backend cuda --config "bench/configs/$cfg.json" --random-weights --port 0 \
+  # A tokenizer covering the model's whole vocabulary, so that every sampled id streams text.
+  local vocab
+  vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('vocab_size', 154880))" "bench/configs/$cfg.json")
+  [[ -f /tmp/tok_$vocab.json ]] || python3 tools/bench/synthetic_tokenizer.py --vocab "$vocab" --out "/tmp/tok_$vocab.json"
+  "$GYRE" serve --backend cuda --config "bench/configs/$cfg.json" --random-weights --port 0 --tokenizer "/tmp/tok_$vocab.json" \
     --max-num-seqs 256 --max-num-batched-tokens "$chunk" --gpu-memory-utilization 0.85 --max-model-len 40960 \
     --trace "/tmp/trace_$name.json" > "/tmp/serve_$name.out" 2> "/tmp/serve_$name.err" &
   PID=$!
@@ -35,6 +39,24 @@ stop() {  # stop NAME: SIGTERM, then analyze the trace
   local name=$1
   kill -TERM $PID; wait $PID
   "$GYRE" analyze "/tmp/trace_$name.json" --json > "$OUT/analyze_$name.json" 2>/dev/null || status=1
+  # GPU idle between consecutive steps (CUDA events): percentiles over the steps while requests ran
+  # (gaps > 20 ms are the server waiting between benchmark phases and are counted apart).
+  python3 - "/tmp/trace_$name.json" "$OUT/idle_$name.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+idle = sorted(e["dur"] for e in ev if e.get("name") == "gpu.idle")
+busy = [e["dur"] for e in ev if e.get("name") == "gpu.busy"]
+steady = [x for x in idle if x <= 20000]
+pct = lambda v, q: v[min(len(v) - 1, int(q / 100 * len(v)))] if v else None
+r = {"steps": len(busy), "busy_us_total": sum(busy), "idle_gaps": len(idle), "steady_gaps": len(steady),
+     "waiting_gaps_over_20ms": len(idle) - len(steady), "idle_us_p50": pct(steady, 50), "idle_us_p90": pct(steady, 90),
+     "idle_us_p99": pct(steady, 99), "idle_us_mean": sum(steady) / len(steady) if steady else None,
+     "idle_fraction_of_busy": sum(steady) / sum(busy) if busy else None}
+json.dump(r, open(sys.argv[2], "w"), indent=1)
+print("   GPU idle between steps (us): p50 %s p90 %s p99 %s mean %.1f over %d steps; %.2f%% of busy time" %
+      (r["idle_us_p50"], r["idle_us_p90"], r["idle_us_p99"], r["idle_us_mean"] or 0, len(steady), 100 * (r["idle_fraction_of_busy"] or 0)))
+PY
   python3 - "$OUT/analyze_$name.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -68,6 +90,7 @@ for cfg in $CONFIGS; do
   timeout 500 "$GYRE" bench model --backend cuda --config "bench/configs/$cfg.json" --random-weights \
     --batches 1,16,64,256 --context 1024 --steps 32 --prompt-lens 1024 --prefill-chunk 2048 \
     --out "$OUT/model_$cfg.json" > "/tmp/model_$cfg.log" 2>&1 || { echo "bench model failed"; tail -3 "/tmp/model_$cfg.log"; status=1; }
+  grep -E "decode batch|prefill" "/tmp/model_$cfg.log" | head -8
   echo "== $cfg: serving, chunk 2048"
   serve "$cfg" "$cfg" 2048 || continue
   if [[ $cfg == glm5_next_4layer ]]; then
