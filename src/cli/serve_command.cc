@@ -54,6 +54,7 @@ struct ServeArgs {
   double gpu_memory_utilization = 0.9;
   uint64_t seed = 0;
   std::string trace;              // --trace FILE: spans of the whole run, written at shutdown
+  bool disable_overlap = false;   // one engine step at a time
 };
 
 int Fail(const Status& s) {
@@ -167,6 +168,7 @@ int RunServe(const ServeArgs& a) {
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_waiting = a.max_waiting;
   eo.max_model_len = a.max_model_len;
+  eo.overlap_steps = !a.disable_overlap;
   Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
   std::string backend_line = "cpu";
@@ -310,6 +312,8 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "cuda: fraction of the GPU memory free after weights and scratch that the KV page pool takes (default 0.9)")
       ->check(CLI::Range(0.01, 1.0));
   s->add_option("--seed", args->seed, "cuda --config: random-weight seed");
+  s->add_flag("--disable-overlap-schedule", args->disable_overlap,
+              "run one engine step at a time (default: step n+1 is launched before step n is collected)");
   s->add_option("--trace", args->trace, "record spans (engine steps; cuda: GPU busy/idle per step) to a Chrome trace, written at shutdown");
   s->callback([args, runner] { *runner = [args] { return RunServe(*args); }; });
 }

@@ -32,6 +32,8 @@ const char* FinishReasonName(FinishReason r) {
 
 namespace {
 
+const int32_t kPrevTokenId = kPrevToken;  // addressable: a piece's ids span points at it
+
 // ---- request record ------------------------------------------------------------------------------
 
 struct Request {
@@ -40,7 +42,12 @@ struct Request {
   std::shared_ptr<RequestSink> sink;
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t num_prompt = 0;
-  int64_t num_computed = 0;     // tokens already in the runner's cache for this request
+  // Tokens in the runner's cache once every launched step has run. With overlapped steps the
+  // newest samples are not known yet: `pending` of them are in flight, at positions
+  // tokens.size() … tokens.size() + pending − 1.
+  int64_t num_scheduled = 0;
+  int pending = 0;
+  int64_t epoch = 0;            // bumped on preemption: results of steps launched before are dropped
   SlotId slot = -1;             // -1 while waiting (or after preemption)
   std::vector<PageId> pages;    // block table
   bool cancel = false;
@@ -139,13 +146,18 @@ class EngineImpl final : public Engine {
  private:
   // ---- the engine thread ----
   void Loop() {
+    // Steps launched ahead of the one being collected: 1 overlaps scheduling and emission with the
+    // GPU's work on the previous step; 0 runs one step at a time.
+    const size_t depth = opts_.overlap_steps ? 1 : 0;
     while (true) {
       std::vector<std::unique_ptr<Request>> incoming;
       std::vector<RequestId> cancels;
       bool stopping = false;
       {
         std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return !running_flag_ || !inbox_.empty() || !cancels_.empty() || HasWork(); });
+        cv_.wait(l, [&] {
+          return !running_flag_ || !inbox_.empty() || !cancels_.empty() || HasWork() || !inflight_.empty();
+        });
         stopping = !running_flag_;
         for (auto& r : inbox_) incoming.push_back(std::move(r));
         inbox_.clear();
@@ -162,10 +174,18 @@ class EngineImpl final : public Engine {
       }
       ReapCancelled();
       if (stopping) {
+        while (!inflight_.empty()) CollectOldest();  // nothing is left in flight on the runner
         PublishStats();
         return;
       }
-      if (HasWork()) Step();
+      bool launched = false;
+      if (HasWork() && inflight_.size() <= depth) launched = LaunchStep();
+      if (!inflight_.empty() && (!launched || inflight_.size() > depth)) {
+        CollectOldest();
+      } else if (!launched && inflight_.empty() && HasWork()) {
+        std::unique_lock<std::mutex> l(mu_);  // nothing can run now: wait for an event, not spin
+        cv_.wait_for(l, std::chrono::milliseconds(1));
+      }
       PublishStats();
     }
   }
@@ -185,7 +205,9 @@ class EngineImpl final : public Engine {
     r.pages.clear();
     if (r.slot >= 0) slots_.Release(r.slot);
     r.slot = -1;
-    r.num_computed = 0;
+    r.num_scheduled = 0;
+    r.pending = 0;
+    ++r.epoch;  // any result still in flight for this request is dropped
   }
 
   int64_t PagesFor(int64_t tokens) const {
@@ -230,25 +252,50 @@ class EngineImpl final : public Engine {
     waiting_.push_front(std::move(victim));
   }
 
-  void Step() {
+  // Schedules and launches one step. Returns false when nothing could be scheduled.
+  bool LaunchStep() {
     GYRE_SPAN("engine.step", "sched");
     int64_t budget = std::min(opts_.max_num_batched_tokens, cap_.max_step_tokens);
     const size_t max_pieces = static_cast<size_t>(std::max<int64_t>(1, cap_.max_step_pieces));
     std::vector<Request*> sched;
-    std::vector<int64_t> counts;
-    // 1. Running requests: decodes (1 token) and unfinished prefills, oldest first. A request that
-    //    cannot get a page preempts the newest running request (possibly itself).
+    std::vector<StepPiece> pieces;
+    // The next piece of a running request: its unscheduled known tokens (prefill, recompute, or
+    // the token collected last), or one decode token whose id is the sample still in flight.
+    // Returns false when it has nothing to run now (its last allowed sample is in flight).
+    auto next_piece = [&](Request* r, StepPiece* p) {
+      const int64_t known = static_cast<int64_t>(r->tokens.size());
+      const bool prev = r->num_scheduled >= known;
+      if (prev && r->pending == 0) return false;  // (cannot happen: nothing to run)
+      const int64_t n = prev ? 1 : std::min(known - r->num_scheduled, budget);
+      const bool samples = r->num_scheduled + n == known + r->pending;
+      if (samples && r->num_generated() + r->pending >= r->params.max_tokens) return false;
+      p->slot = r->slot;
+      p->start = r->num_scheduled;
+      p->ids = prev ? std::span<const int32_t>(&kPrevTokenId, 1)
+                    : std::span<const int32_t>(r->tokens).subspan(r->num_scheduled, n);
+      p->sample.enabled = samples;
+      p->sample.params = r->params.sampling;
+      p->sample.offset = static_cast<uint64_t>(r->num_generated() + r->pending);
+      p->sample.top_logprobs = r->params.top_logprobs;
+      return true;
+    };
+    // 1. Running requests, oldest first. A request that cannot get a page preempts the newest
+    //    running request (possibly itself).
     for (size_t i = 0; i < running_.size() && budget > 0 && sched.size() < max_pieces;) {
       Request* r = running_[i].get();
-      const int64_t left = static_cast<int64_t>(r->tokens.size()) - r->num_computed;
-      const int64_t n = std::min(left, budget);
-      if (PagesFor(r->num_computed + n) - static_cast<int64_t>(r->pages.size()) > pages_.num_free()) {
+      StepPiece p;
+      if (!next_piece(r, &p)) {
+        ++i;
+        continue;
+      }
+      const int64_t n = static_cast<int64_t>(p.ids.size());
+      if (PagesFor(r->num_scheduled + n) - static_cast<int64_t>(r->pages.size()) > pages_.num_free()) {
         PreemptNewest();
         continue;  // retry the same index (the list shrank from the back)
       }
-      Grow(*r, r->num_computed + n);
+      Grow(*r, r->num_scheduled + n);
       sched.push_back(r);
-      counts.push_back(n);
+      pieces.push_back(p);
       budget -= n;
       ++i;
     }
@@ -259,51 +306,79 @@ class EngineImpl final : public Engine {
       const int64_t n = std::min(static_cast<int64_t>(r->tokens.size()), budget);
       if (PagesFor(n) > pages_.num_free()) break;
       r->slot = *slots_.AllocateOne();
-      r->num_computed = 0;
-      Grow(*r, n);
+      r->num_scheduled = 0;
+      r->pending = 0;
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
+      StepPiece p;
+      next_piece(r, &p);  // a fresh request always has a piece (max_tokens >= 1)
+      Grow(*r, n);
       sched.push_back(r);
-      counts.push_back(n);
+      pieces.push_back(p);
       budget -= n;
     }
-    if (sched.empty()) return;
-    // 3. One runner step over the ragged batch; pieces that reach the end of their tokens sample.
-    std::vector<StepPiece> pieces;
+    if (sched.empty()) return false;
+    // Block tables last: Grow may reallocate a request's page vector while pieces are built.
+    for (size_t i = 0; i < sched.size(); ++i) pieces[i].pages = sched[i]->pages;
+    // 3. Launch; the sampled tokens come back in CollectOldest.
+    Status s = runner_.Launch(pieces);
+    if (!s.ok()) {
+      FailRunning(sched, s);
+      return true;
+    }
+    InFlight f;
     for (size_t i = 0; i < sched.size(); ++i) {
       Request* r = sched[i];
-      StepPiece p;
-      p.slot = r->slot;
-      p.pages = r->pages;
-      p.start = r->num_computed;
-      p.ids = std::span<const int32_t>(r->tokens).subspan(r->num_computed, counts[i]);
-      p.sample.enabled = r->num_computed + counts[i] == static_cast<int64_t>(r->tokens.size());
-      p.sample.params = r->params.sampling;
-      p.sample.offset = static_cast<uint64_t>(r->num_generated());
-      p.sample.top_logprobs = r->params.top_logprobs;
-      pieces.push_back(p);
+      r->num_scheduled += static_cast<int64_t>(pieces[i].ids.size());
+      if (pieces[i].sample.enabled) ++r->pending;
+      f.ids.push_back(r->id);
+      f.epochs.push_back(r->epoch);
+      f.samples.push_back(pieces[i].sample.enabled);
     }
-    std::vector<SampledToken> sampled;
-    Status s = runner_.Step(pieces, &sampled);
-    if (!s.ok()) {
-      for (Request* r : sched) r->cancel = true;  // states are unknown now: end these requests
-      for (auto it = running_.begin(); it != running_.end();) {
-        if ((*it)->cancel) {
-          Finish(**it, FinishReason::kError, s);
-          it = running_.erase(it);
-        } else {
-          ++it;
-        }
+    inflight_.push_back(std::move(f));
+    return true;
+  }
+
+  // Ends `reqs` (and every running request marked cancelled) with an error.
+  void FailRunning(const std::vector<Request*>& reqs, const Status& s) {
+    for (Request* r : reqs) r->cancel = true;  // states are unknown now: end these requests
+    for (auto it = running_.begin(); it != running_.end();) {
+      if ((*it)->cancel) {
+        Finish(**it, FinishReason::kError, s);
+        it = running_.erase(it);
+      } else {
+        ++it;
       }
+    }
+  }
+
+  // Collects the oldest launched step: emits its tokens, applies stop conditions.
+  void CollectOldest() {
+    InFlight f = std::move(inflight_.front());
+    inflight_.pop_front();
+    std::vector<SampledToken> sampled;
+    Status s = runner_.Collect(&sampled);
+    std::map<RequestId, Request*> alive;
+    for (auto& r : running_) alive[r->id] = r.get();
+    auto find = [&](size_t i) -> Request* {
+      auto it = alive.find(f.ids[i]);
+      return it != alive.end() && it->second->epoch == f.epochs[i] ? it->second : nullptr;
+    };
+    if (!s.ok()) {
+      std::vector<Request*> lost;
+      for (size_t i = 0; i < f.ids.size(); ++i)
+        if (Request* r = find(i)) lost.push_back(r);
+      FailRunning(lost, s);
       return;
     }
-    // 4. Emit sampled tokens; stop checks.
+    GYRE_SPAN("engine.emit", "sched");
     const std::vector<int32_t>& stops_eos = runner_.config().eos_token_ids;
-    for (size_t i = 0; i < sched.size(); ++i) {
-      Request* r = sched[i];
-      r->num_computed += counts[i];
-      if (!pieces[i].sample.enabled) continue;  // prefill continues
+    for (size_t i = 0; i < f.ids.size(); ++i) {
+      if (!f.samples[i]) continue;  // prefill continues
+      Request* r = find(i);
+      if (!r || finish_reason_.count(r->id)) continue;  // finished, cancelled or preempted since
       const SampledToken& t = sampled[i];
+      --r->pending;
       TokenEvent ev;
       ev.id = t.id;
       ev.logprob = t.logprob;
@@ -321,11 +396,14 @@ class EngineImpl final : public Engine {
         finish_reason_[r->id] = FinishReason::kLength;
       }
     }
+    // Finished requests free their memory now; a step still in flight may have computed one more
+    // token for them (dropped on collection), and the runner runs steps in order, so the freed
+    // pages and slot can be reused by the next launch.
     for (auto it = running_.begin(); it != running_.end();) {
-      auto f = finish_reason_.find((*it)->id);
-      if (f != finish_reason_.end()) {
-        Finish(**it, f->second);
-        finish_reason_.erase(f);
+      auto fr = finish_reason_.find((*it)->id);
+      if (fr != finish_reason_.end()) {
+        Finish(**it, fr->second);
+        finish_reason_.erase(fr);
         it = running_.erase(it);
       } else {
         ++it;
@@ -363,6 +441,14 @@ class EngineImpl final : public Engine {
   std::deque<std::unique_ptr<Request>> running_;
   std::deque<std::unique_ptr<Request>> waiting_;
   std::map<RequestId, FinishReason> finish_reason_;
+  // Launched steps not yet collected, oldest first: per piece the request, its epoch at launch and
+  // whether the piece samples.
+  struct InFlight {
+    std::vector<RequestId> ids;
+    std::vector<int64_t> epochs;
+    std::vector<uint8_t> samples;
+  };
+  std::deque<InFlight> inflight_;
   int64_t num_preemptions_ = 0, prompt_tokens_total_ = 0, generation_tokens_total_ = 0, requests_finished_ = 0;
   const int64_t max_model_len_;
   std::thread thread_;

@@ -65,6 +65,9 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 256;  // per-step token budget (prefill chunks + decodes)
   int64_t max_waiting = 256;             // queue bound; beyond it Submit returns ResourceExhausted
   int64_t max_model_len = 0;             // 0: derived from the KV budget
+  // Launch step n+1 before collecting step n (the runner resolves the in-flight token on the
+  // device), so scheduling and token emission overlap the model's work. Off: one step at a time.
+  bool overlap_steps = true;
 };
 
 // Point-in-time counters for /metrics and `gyre inspect`.

@@ -235,6 +235,81 @@ TEST_P(EngineOnRunner, SeededSamplingDoesNotDependOnTheBatch) {
   EXPECT_NE(run(alone, 0, 4321), a);
 }
 
+// One step at a time gives the same tokens as overlapped steps.
+TEST_P(EngineOnRunner, WithoutOverlapMatchesStandaloneToo) {
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  eo.max_num_batched_tokens = 32;
+  eo.overlap_steps = false;
+  ExpectMatchesStandalone(GetParam(), eo, 6, false);
+}
+
+// A runner decorator that records how the engine drives it.
+class WatchingRunner final : public ModelRunner {
+ public:
+  explicit WatchingRunner(ModelRunner& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  RunnerCapacity capacity() const override { return inner_.capacity(); }
+  std::string backend() const override { return "watch:" + inner_.backend(); }
+  Status Launch(std::span<const StepPiece> pieces, bool want_logits) override {
+    for (const StepPiece& p : pieces) prev_pieces += p.ids.size() == 1 && p.ids[0] == kPrevToken;
+    GYRE_RETURN_IF_ERROR(inner_.Launch(pieces, want_logits));
+    max_outstanding = std::max(max_outstanding, ++outstanding);
+    return Status::Ok();
+  }
+  Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits) override {
+    --outstanding;
+    return inner_.Collect(out, logits);
+  }
+  int outstanding = 0, max_outstanding = 0;
+  int64_t prev_pieces = 0;
+
+ private:
+  ModelRunner& inner_;
+};
+
+// Overlap is real: the engine launches step n+1 before collecting step n, feeding decodes the
+// in-flight token (kPrevToken); switched off, it never does. Both give the standalone tokens.
+TEST_P(EngineOnRunner, OverlapLaunchesAheadWithInFlightTokens) {
+  auto model = MakeModel();
+  for (bool overlap : {true, false}) {
+    EngineOptions eo;
+    eo.max_num_seqs = 4;
+    eo.overlap_steps = overlap;
+    auto inner = GetParam().make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+    ASSERT_TRUE(inner.ok());
+    WatchingRunner watch(**inner);
+    auto engine = Engine::Create(watch, eo);
+    ASSERT_TRUE(engine.ok());
+    ASSERT_TRUE((*engine)->Start().ok());
+    std::vector<std::shared_ptr<Collector>> sinks;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) {
+      prompts.push_back(Ids(11 + 5 * i, 700 + i));
+      RequestParams p;
+      p.prompt = prompts.back();
+      p.max_tokens = 12;
+      p.ignore_eos = true;
+      sinks.push_back(std::make_shared<Collector>());
+      ASSERT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+    }
+    for (auto& s : sinks) s->Wait();
+    (*engine)->Stop();
+    GenerateOptions go;
+    go.max_tokens = 12;
+    go.ignore_eos = true;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(sinks[i]->ids, Standalone(GetParam(), *model, prompts[i], go)) << i;
+    EXPECT_EQ(watch.outstanding, 0);
+    if (overlap) {
+      EXPECT_EQ(watch.max_outstanding, 2);
+      EXPECT_GT(watch.prev_pieces, 0);
+    } else {
+      EXPECT_EQ(watch.max_outstanding, 1);
+      EXPECT_EQ(watch.prev_pieces, 0);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, EngineOnRunner, ::testing::ValuesIn(Backends()),
                          [](const ::testing::TestParamInfo<Backend>& i) { return i.param.name; });
 

@@ -27,6 +27,7 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& o)
   for (int64_t s = 0; s < o.num_slots; ++s) {
     slots_.push_back(std::make_unique<SequenceState>(model.config(), &kv_, &kda_, static_cast<SlotId>(s)));
   }
+  last_token_.assign(o.num_slots, kPrevToken);
 }
 
 RunnerCapacity CpuRunner::capacity() const {
@@ -41,9 +42,31 @@ RunnerCapacity CpuRunner::capacity() const {
   return c;
 }
 
-Status CpuRunner::Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out,
-                       std::vector<float>* logits_out) {
+Status CpuRunner::Collect(std::vector<SampledToken>* out, std::vector<float>* logits) {
+  if (done_.empty()) return Status::InvalidArgument("cpu runner: no step is outstanding");
+  Done d = std::move(done_.front());
+  done_.erase(done_.begin());
+  if (out) *out = std::move(d.out);
+  if (logits) *logits = std::move(d.logits);
+  return d.status;
+}
+
+Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits) {
   const int64_t V = model_.config().vocab_size;
+  if (done_.size() >= 2) return Status::Internal("cpu runner: two steps are already outstanding");
+  // Resolve kPrevToken from the slots' last samples (the previous step ran to completion).
+  std::vector<StepPiece> pieces(pieces_in.begin(), pieces_in.end());
+  std::vector<int32_t> resolved(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    StepPiece& p = pieces[i];
+    if (p.ids.size() == 1 && p.ids[0] == kPrevToken) {
+      if (p.slot < 0 || p.slot >= opts_.num_slots || p.start == 0 || last_token_[p.slot] < 0)
+        return Status::InvalidArgument("piece " + std::to_string(i) + ": kPrevToken without an earlier sample in slot " +
+                                       std::to_string(p.slot));
+      resolved[i] = last_token_[p.slot];
+      p.ids = std::span<const int32_t>(&resolved[i], 1);
+    }
+  }
   int64_t total = 0;
   std::vector<SeqInput> batch;
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -69,14 +92,19 @@ Status CpuRunner::Step(std::span<const StepPiece> pieces, std::vector<SampledTok
                                    std::to_string(opts_.max_step_tokens));
   for (const StepPiece& p : pieces) {
     SequenceState& s = *slots_[p.slot];
-    if (p.start == 0) s.Reset();
+    if (p.start == 0) {
+      s.Reset();
+      last_token_[p.slot] = kPrevToken;
+    }
     s.SetPages(p.pages);
     batch.push_back({&s, p.ids, p.all_logits});
   }
   std::vector<float> logits;
   GYRE_RETURN_IF_ERROR(model_.Forward(batch, &logits));
   GYRE_SPAN("sample", "sample", trace::Attrs{.detail = "rows=" + std::to_string(pieces.size())});
-  if (out) {
+  Done done;
+  std::vector<SampledToken>* out = &done.out;
+  {
     out->assign(pieces.size(), SampledToken{});
     int64_t r = 0;  // first logits row of piece i
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -88,9 +116,11 @@ Status CpuRunner::Step(std::span<const StepPiece> pieces, std::vector<SampledTok
       SampledToken& t = (*out)[i];
       t.id = SampleKeyed(row, sp.params, sp.offset);
       LogProbs(row, t.id, sp.top_logprobs, &t);
+      last_token_[pieces[i].slot] = t.id;
     }
   }
-  if (logits_out) *logits_out = std::move(logits);
+  if (want_logits) done.logits = std::move(logits);
+  done_.push_back(std::move(done));
   return Status::Ok();
 }
 

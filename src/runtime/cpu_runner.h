@@ -31,8 +31,9 @@ class CpuRunner final : public ModelRunner {
   const ModelConfig& config() const override { return model_.config(); }
   RunnerCapacity capacity() const override;
   std::string backend() const override { return "cpu"; }
-  Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out,
-              std::vector<float>* logits = nullptr) override;
+  // The CPU computes in Launch; Collect hands back the results in launch order.
+  Status Launch(std::span<const StepPiece> pieces, bool want_logits = false) override;
+  Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) override;
 
   const Model& model() const { return model_; }
 
@@ -43,6 +44,13 @@ class CpuRunner final : public ModelRunner {
   KvPageStore kv_;
   KdaSlotStore kda_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
+  std::vector<int32_t> last_token_;  // per slot: the most recent sampled token (kPrevToken)
+  struct Done {
+    Status status;
+    std::vector<SampledToken> out;
+    std::vector<float> logits;
+  };
+  std::vector<Done> done_;  // launched, not collected (oldest first; at most 2)
 };
 
 }  // namespace gyre

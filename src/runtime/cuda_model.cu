@@ -72,6 +72,22 @@ __global__ void InitKernel(void* out, bool bf16, int64_t n, uint64_t seed, int d
 }
 
 // y[r, c] (bf16, dense [n, k]) = x[r, c] (fp32, row stride ldx).
+// ids[t] == kPrevToken (-1) → the token its sequence's slot sampled last (overlapped steps).
+__global__ void ResolvePrevTokenKernel(int32_t* ids, const int32_t* tok_seq, const int32_t* seq_slot, int64_t n,
+                                       const int32_t* last_token) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= n || ids[t] != -1) return;
+  const int32_t b = tok_seq[t];
+  const int32_t slot = b >= 0 ? seq_slot[b] : -1;
+  ids[t] = slot >= 0 ? last_token[slot] : 0;
+}
+
+// last_token[row_slot[r]] ← ids[r] for the sampled rows.
+__global__ void RecordLastTokenKernel(const int32_t* ids, const int32_t* row_slot, int64_t rows, int32_t* last_token) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < rows && row_slot[r] >= 0) last_token[row_slot[r]] = ids[r];
+}
+
 __global__ void CastRowsKernel(const float* x, int64_t n, int64_t k, int64_t ldx, __nv_bfloat16* y) {
   const int64_t total = n * k;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -405,22 +421,45 @@ struct CudaModel::Impl {
   // Device sampling: per logits row, parameters (uploaded with the step) and the sampled id's
   // log-probability; pinned host mirrors.
   cuda::SampleParamsDev* sample_params = nullptr;
-  cuda::SampleParamsDev* host_sample_params = nullptr;
   float* row_logprob = nullptr;
+  int32_t* last_token = nullptr;  // [max_seqs]: each slot's most recent sample (kPrevToken inputs)
+  // Host staging of one outstanding step (two alternate, so step n+1 is prepared while step n
+  // runs): pinned inputs (the int32 blob, sampling parameters) and pinned outputs (ids, logprobs),
+  // and what Collect needs to assemble the results.
+  struct Staging {
+    int32_t* blob = nullptr;
+    cuda::SampleParamsDev* params = nullptr;
+    int32_t* ids = nullptr;
+    float* lps = nullptr;
+    // The launched step.
+    int64_t step = 0;  // launch number: its events are ev_begin/ev_end[step % 4]
+    size_t pieces = 0;
+    int64_t rows = 0, tokens = 0;
+    bool use_graph = false, want_logits = false, want_logprobs = false;
+    std::vector<int64_t> row_of_input, nrows_of_input;
+    std::vector<uint8_t> sampled;
+    std::vector<int32_t> top_logprobs;
+    std::vector<float> all;                                       // want_logits: every row
+    std::vector<std::pair<size_t, std::vector<float>>> top_rows;  // (piece, its last row)
+  };
+  Staging staging[2];
+  int next_staging = 0;
+  std::vector<int> outstanding;  // staging indices, oldest first
   DeviceBuffer logits_buf;
   int64_t logits_rows = 0;
   float* glogits = nullptr;  // [bmax, V]: the logits of graph-replayed decode steps
   // Workspaces.
   DeviceBuffer kda_ws, mla_ws, idx_ws, moe_ws;
   // Step inputs: one int32 blob, pinned on the host, mirrored on the device.
-  int64_t blob_ints = 0, o_ids = 0, o_seq = 0, o_pos = 0, o_cu = 0, o_slots = 0, o_rows = 0, o_bt = 0, bt_cap = 0;
-  int32_t* host_blob = nullptr;
+  // o_rslot: per logits row, the slot whose last sample it is (-1: not sampled); last_token ← ids.
+  int64_t blob_ints = 0, o_ids = 0, o_seq = 0, o_pos = 0, o_cu = 0, o_slots = 0, o_rows = 0, o_rslot = 0, o_bt = 0,
+          bt_cap = 0;
   int32_t* dev_blob = nullptr;
 
-  // Step timing: begin of the current step, end of the current and the previous (alternating).
-  cudaEvent_t step_begin = nullptr, step_end[2] = {nullptr, nullptr};
-  int step_parity = 0;
-  bool have_prev_step = false;
+  // Step timing: begin/end events of launch n are [n % 4]: with at most two steps outstanding,
+  // the previous step's end is still intact when a step is collected (idle gap = its begin − that).
+  cudaEvent_t ev_begin[4] = {}, ev_end[4] = {};
+  int64_t launched = 0;
   // Layer profiling: events[0] before the embedding, [1] after it, [2 + l] after layer l, last after the head.
   std::vector<cudaEvent_t> events;
   bool profiling = false;
@@ -450,10 +489,15 @@ struct CudaModel::Impl {
     for (auto& [k, g] : graphs) (void)cudaGraphExecDestroy(g);
     for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
     for (cudaEvent_t e : sec_events) (void)cudaEventDestroy(e);
-    for (cudaEvent_t e : {step_begin, step_end[0], step_end[1]})
-      if (e) (void)cudaEventDestroy(e);
-    if (host_blob) (void)cudaFreeHost(host_blob);
-    if (host_sample_params) (void)cudaFreeHost(host_sample_params);
+
+    for (Staging& st : staging) {
+      for (void* p : {static_cast<void*>(st.blob), static_cast<void*>(st.params), static_cast<void*>(st.ids),
+                      static_cast<void*>(st.lps)})
+        if (p) (void)cudaFreeHost(p);
+    }
+    for (int i = 0; i < 4; ++i)
+      for (cudaEvent_t e : {ev_begin[i], ev_end[i]})
+        if (e) (void)cudaEventDestroy(e);
   }
 
   Result<void*> Alloc(int64_t bytes) {
@@ -813,7 +857,16 @@ Status CudaModel::Impl::BuildScratch() {
   GYRE_ASSIGN_OR_RETURN(next_ids, AllocN<int32_t>(N, sb));
   GYRE_ASSIGN_OR_RETURN(sample_params, AllocN<cuda::SampleParamsDev>(N, sb));
   GYRE_ASSIGN_OR_RETURN(row_logprob, AllocN<float>(N, sb));
-  GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_sample_params, N * sizeof(cuda::SampleParamsDev)));
+  GYRE_ASSIGN_OR_RETURN(last_token, AllocN<int32_t>(opts.max_seqs, sb));
+  for (Staging& st : staging) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.params, N * sizeof(cuda::SampleParamsDev)));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.ids, N * sizeof(int32_t)));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.lps, N * sizeof(float)));
+  }
+  for (int i = 0; i < 4; ++i) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev_begin[i]));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev_end[i]));
+  }
   if (c.vocab_size > cuda::SampleMaxVocab())
     return Status::Unimplemented("cuda model: vocabulary " + std::to_string(c.vocab_size) +
                                  " exceeds the device sampler's limit " + std::to_string(cuda::SampleMaxVocab()));
@@ -826,11 +879,11 @@ Status CudaModel::Impl::BuildScratch() {
   o_rows = o_pos + N;
   o_cu = o_rows + N;
   o_slots = o_cu + bmax + 1;
-  o_bt = o_slots + bmax;
+  o_rslot = o_slots + bmax;
+  o_bt = o_rslot + N;
   blob_ints = o_bt + bt_cap;
-  GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_blob, blob_ints * 4));
+  for (Staging& st : staging) GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.blob, blob_ints * 4));
   GYRE_ASSIGN_OR_RETURN(dev_blob, AllocN<int32_t>(blob_ints, sb));
-  for (cudaEvent_t* e : {&step_begin, &step_end[0], &step_end[1]}) GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreate(e));
   // Warm the sampler once outside any graph capture (it raises its shared-memory limit on first use).
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(glogits, 0, c.vocab_size * 4, s()));
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sample_params, 0, sizeof(cuda::SampleParamsDev), s()));
@@ -1013,6 +1066,9 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
   sec_n = 0;
   sec_prefix.clear();
   GYRE_RETURN_IF_ERROR(Sec("embed"));
+  // kPrevToken inputs ← their slot's most recent sample (device side: the host does not know it yet).
+  ResolvePrevTokenKernel<<<GridFor(N), 256, 0, s()>>>(dev_blob + o_ids, dev_blob + o_seq, dev_blob + o_slots, N, last_token);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   GYRE_RETURN_IF_ERROR(cuda::Embedding(dev_blob + o_ids, N, w.embed, y, s()));
   for (int64_t st = 0; st < nS; ++st) GYRE_RETURN_IF_ERROR(Copy2D(X + st * D, nS * D, y, D, N, D));
   GYRE_RETURN_IF_ERROR(mark(1));
@@ -1070,6 +1126,8 @@ Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
     GYRE_RETURN_IF_ERROR(Sec("argmax"));
     GYRE_RETURN_IF_ERROR(cuda::Argmax(logits_out, R, c.vocab_size, next_ids, s()));
   }
+  RecordLastTokenKernel<<<GridFor(R), 256, 0, s()>>>(next_ids, dev_blob + o_rslot, R, last_token);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   GYRE_RETURN_IF_ERROR(Sec("end"));
   if (profiling) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(events.back(), s()));
   return Status::Ok();
@@ -1192,11 +1250,12 @@ RunnerCapacity CudaModel::capacity() const {
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
 void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on; }
 
-Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToken>* out, std::vector<float>* logits) {
+Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t V = c.vocab_size, pt = m.opts.page_tokens;
   if (batch.empty()) return Status::InvalidArgument("cuda model: empty batch");
+  if (m.outstanding.size() >= 2) return Status::Internal("cuda model: two steps are already outstanding");
   if (static_cast<int64_t>(batch.size()) > m.bmax)
     return Status::InvalidArgument("cuda model: " + std::to_string(batch.size()) + " sequences in one step; at most " +
                                    std::to_string(m.bmax));
@@ -1212,8 +1271,10 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
                                      std::to_string(m.opts.max_seqs) + ")");
     if (in.ids.empty()) return Status::InvalidArgument(where + " has no new tokens");
     if (in.start < 0) return Status::InvalidArgument(where + ": negative start");
+    const bool prev = in.ids.size() == 1 && in.ids[0] == kPrevToken;
+    if (prev && in.start == 0) return Status::InvalidArgument(where + ": kPrevToken in a piece with no history");
     for (int32_t id : in.ids)
-      if (id < 0 || id >= V)
+      if (!prev && (id < 0 || id >= V))
         return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                        std::to_string(V) + ")");
     for (size_t j = 0; j < i; ++j)
@@ -1241,7 +1302,10 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
   const int64_t bd = static_cast<int64_t>(order.size());
   for (size_t i = 0; i < batch.size(); ++i)
     if (!is_decode(batch[i])) order.push_back(i);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_begin, m.s()));
+  const int sidx = m.next_staging;
+  Impl::Staging& sg = m.staging[sidx];
+  sg.step = m.launched;
+  GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.ev_begin[sg.step % 4], m.s()));
   // New sequences: zero their slots' KDA state (conv tail + recurrent).
   for (const StepPiece& in : batch) {
     if (in.start != 0) continue;
@@ -1260,8 +1324,8 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
   const int64_t ctx_bucket = std::max<int64_t>(NextPow2(max_ctx), pt);
   const int64_t max_pages = ctx_bucket / pt;
   if (d.b * max_pages > m.bt_cap) return Status::Internal("cuda model: block table capacity exceeded");
-  int32_t* hb = m.host_blob;
-  cuda::SampleParamsDev* hp = m.host_sample_params;
+  int32_t* hb = sg.blob;
+  cuda::SampleParamsDev* hp = sg.params;
   d.cu.push_back(0);
   int64_t t = 0;
   std::vector<int64_t> row_of_input(batch.size()), nrows_of_input(batch.size());
@@ -1295,6 +1359,7 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
         d.sampling = true;
       }
       hp[r] = sp;
+      hb[m.o_rslot + r] = q == t - 1 && in.sample.enabled ? in.slot : -1;
       hb[m.o_rows + r++] = static_cast<int32_t>(q);
     }
   }
@@ -1313,6 +1378,7 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
       hb[m.o_slots + bi] = -1;
       hb[m.o_rows + bi] = static_cast<int32_t>(bi);
       hp[bi] = cuda::SampleParamsDev{};
+      hb[m.o_rslot + bi] = -1;
       for (int64_t p = 0; p < max_pages; ++p) hb[m.o_bt + bi * max_pages + p] = 0;
     }
     hb[m.o_cu + bucket] = static_cast<int32_t>(bucket);
@@ -1337,14 +1403,27 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
     GYRE_ASSIGN_OR_RETURN(m.logits_buf, DeviceBuffer::Create(d.rows * V * 4));
     m.logits_rows = d.rows;
   }
-  // What comes back: ids and logprobs of every row; the logits rows of pieces that want
-  // alternatives (top_logprobs), or all rows when the caller asks for logits.
-  std::vector<int32_t> ids(d.rows);
-  std::vector<float> lps(d.rows);
-  std::vector<float> all;
-  std::vector<std::pair<size_t, std::vector<float>>> top_rows;  // (piece, its last row)
+  // What comes back: ids and logprobs of every row (pinned, asynchronous); the logits rows of
+  // pieces that want alternatives (top_logprobs), or all rows when the caller asks for logits
+  // (pageable copies: such steps do not overlap with the next one).
+  sg.pieces = batch.size();
+  sg.rows = d.rows;
+  sg.tokens = total;
+  sg.use_graph = use_graph;
+  sg.want_logits = want_logits;
+  sg.row_of_input = std::move(row_of_input);
+  sg.nrows_of_input = std::move(nrows_of_input);
+  sg.sampled.assign(batch.size(), 0);
+  sg.top_logprobs.assign(batch.size(), 0);
+  sg.want_logprobs = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    sg.sampled[i] = batch[i].sample.enabled;
+    sg.top_logprobs[i] = batch[i].sample.enabled ? batch[i].sample.top_logprobs : 0;
+    sg.want_logprobs |= batch[i].sample.enabled;
+  }
+  sg.all.clear();
+  sg.top_rows.clear();
   const float* dev_logits = use_graph ? m.glogits : m.logits_buf.get<float>();
-  const bool want_logprobs = out != nullptr;
   auto run = [&]() -> Status {
     if (use_graph) {
       const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling);
@@ -1361,53 +1440,67 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
       GYRE_RETURN_IF_ERROR(m.RunLayers(d));
       GYRE_RETURN_IF_ERROR(m.Head(d, m.logits_buf.get<float>()));
     }
-    if (want_logprobs) {
+    if (sg.want_logprobs) {
       GYRE_RETURN_IF_ERROR(cuda::RowLogProbs(dev_logits, d.rows, V, m.next_ids, m.row_logprob, m.s()));
-      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lps.data(), m.row_logprob, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.lps, m.row_logprob, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
     }
-    if (logits) {
-      all.resize(d.rows * V);
-      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), dev_logits, d.rows * V * 4, cudaMemcpyDeviceToHost, m.s()));
-    } else if (out) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.ids, m.next_ids, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
+    if (want_logits) {
+      sg.all.resize(d.rows * V);
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.all.data(), dev_logits, d.rows * V * 4, cudaMemcpyDeviceToHost, m.s()));
+    } else {
       for (size_t i = 0; i < batch.size(); ++i) {
-        if (!batch[i].sample.enabled || batch[i].sample.top_logprobs <= 0) continue;
-        top_rows.emplace_back(i, std::vector<float>(V));
-        const int64_t row = row_of_input[i] + nrows_of_input[i] - 1;
-        GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(top_rows.back().second.data(), dev_logits + row * V, V * 4,
+        if (sg.top_logprobs[i] <= 0) continue;
+        sg.top_rows.emplace_back(i, std::vector<float>(V));
+        const int64_t row = sg.row_of_input[i] + sg.nrows_of_input[i] - 1;
+        GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.top_rows.back().second.data(), dev_logits + row * V, V * 4,
                                                   cudaMemcpyDeviceToHost, m.s()));
       }
     }
-    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids.data(), m.next_ids, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
-    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.step_end[m.step_parity], m.s()));
-    GYRE_RETURN_IF_ERROR(m.stream.Synchronize());
-    // GPU busy time of this step and idle time since the previous one, from the events.
-    const int64_t now = trace::NowNs();
-    float busy = 0, idle = 0;
-    GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&busy, m.step_begin, m.step_end[m.step_parity]));
-    const bool gap = m.have_prev_step;
-    if (gap) GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&idle, m.step_end[m.step_parity ^ 1], m.step_begin));
-    CudaModelStats& stt = m.stats;
-    stt.steps++;
-    stt.busy_ms_total += busy;
-    if (gap) {
-      stt.idle_ms_total += idle;
-      stt.idle_ms_max = std::max<double>(stt.idle_ms_max, idle);
-      if (stt.idle_us.size() < (size_t(1) << 20)) stt.idle_us.push_back(idle * 1000.0f);
-    }
-    if (trace::Enabled()) {
-      const int64_t busy_ns = static_cast<int64_t>(busy * 1e6), idle_ns = static_cast<int64_t>(idle * 1e6);
-      trace::Record({"gpu.busy", "gpu", now - busy_ns, busy_ns, kGpuTraceTid,
-                     trace::Attrs{.tokens = total, .detail = "pieces=" + std::to_string(batch.size()) +
-                                                             (use_graph ? " graph" : " eager")}});
-      if (gap) trace::Record({"gpu.idle", "gpu", now - busy_ns - idle_ns, idle_ns, kGpuTraceTid, {}});
-    }
-    m.have_prev_step = true;
-    m.step_parity ^= 1;
+    GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.ev_end[sg.step % 4], m.s()));
     return Status::Ok();
   };
   m.profiling = !m.events.empty() && !use_graph;
-  const Status st = run();
-  if (st.ok() && m.profiling) {
+  GYRE_RETURN_IF_ERROR(run());
+  m.outstanding.push_back(sidx);
+  m.next_staging ^= 1;
+  m.launched++;
+  return Status::Ok();
+}
+
+Status CudaModel::Collect(std::vector<SampledToken>* out, std::vector<float>* logits) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const int64_t V = c.vocab_size;
+  if (m.outstanding.empty()) return Status::InvalidArgument("cuda model: no step is outstanding");
+  const int sidx = m.outstanding.front();
+  m.outstanding.erase(m.outstanding.begin());
+  Impl::Staging& sg = m.staging[sidx];
+  const cudaEvent_t begin = m.ev_begin[sg.step % 4], end = m.ev_end[sg.step % 4];
+  GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end));
+  // GPU busy time of this step and idle time since the previous one ended, from the events.
+  const int64_t now = trace::NowNs();
+  float busy = 0, idle = 0;
+  GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&busy, begin, end));
+  const bool gap = sg.step > 0;
+  if (gap) GYRE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&idle, m.ev_end[(sg.step - 1) % 4], begin));
+  idle = std::max(idle, 0.0f);  // overlapped steps: queued before the previous one ended
+  CudaModelStats& stt = m.stats;
+  stt.steps++;
+  stt.busy_ms_total += busy;
+  if (gap) {
+    stt.idle_ms_total += idle;
+    stt.idle_ms_max = std::max<double>(stt.idle_ms_max, idle);
+    if (stt.idle_us.size() < (size_t(1) << 20)) stt.idle_us.push_back(idle * 1000.0f);
+  }
+  if (trace::Enabled()) {
+    const int64_t busy_ns = static_cast<int64_t>(busy * 1e6), idle_ns = static_cast<int64_t>(idle * 1e6);
+    trace::Record({"gpu.busy", "gpu", now - busy_ns, busy_ns, kGpuTraceTid,
+                   trace::Attrs{.tokens = sg.tokens, .detail = "pieces=" + std::to_string(sg.pieces) +
+                                                               (sg.use_graph ? " graph" : " eager")}});
+    if (gap) trace::Record({"gpu.idle", "gpu", now - busy_ns - idle_ns, idle_ns, kGpuTraceTid, {}});
+  }
+  if (m.profiling && !sg.use_graph) {
     auto ms = [&](size_t a, size_t b) {
       float v = 0;
       return cudaEventElapsedTime(&v, m.events[a], m.events[b]) == cudaSuccess ? static_cast<double>(v) : -1.0;
@@ -1422,32 +1515,31 @@ Status CudaModel::Step(std::span<const StepPiece> batch, std::vector<SampledToke
       if (cudaEventElapsedTime(&v, m.sec_events[i], m.sec_events[i + 1]) == cudaSuccess) m.stats.op_ms[m.sec_names[i]] += v;
     }
   }
-  if (!st.ok()) return st;
   if (logits) {
     logits->clear();
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const int64_t r0 = row_of_input[i];
-      logits->insert(logits->end(), all.begin() + r0 * V, all.begin() + (r0 + nrows_of_input[i]) * V);
+    for (size_t i = 0; i < sg.pieces && sg.want_logits; ++i) {
+      const int64_t r0 = sg.row_of_input[i];
+      logits->insert(logits->end(), sg.all.begin() + r0 * V, sg.all.begin() + (r0 + sg.nrows_of_input[i]) * V);
     }
   }
   if (out) {
-    out->assign(batch.size(), SampledToken{});
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (!batch[i].sample.enabled) continue;
-      const int64_t row = row_of_input[i] + nrows_of_input[i] - 1;
+    out->assign(sg.pieces, SampledToken{});
+    for (size_t i = 0; i < sg.pieces; ++i) {
+      if (!sg.sampled[i]) continue;
+      const int64_t row = sg.row_of_input[i] + sg.nrows_of_input[i] - 1;
       SampledToken& tk = (*out)[i];
-      tk.id = ids[row];
-      tk.logprob = lps[row];
-      if (batch[i].sample.top_logprobs > 0) {
+      tk.id = sg.ids[row];
+      tk.logprob = sg.lps[row];
+      if (sg.top_logprobs[i] > 0) {
         std::span<const float> lrow;
-        if (logits) {
-          lrow = std::span<const float>(all.data() + row * V, V);
+        if (sg.want_logits) {
+          lrow = std::span<const float>(sg.all.data() + row * V, V);
         } else {
-          for (const auto& [pi, v] : top_rows)
+          for (const auto& [pi, v] : sg.top_rows)
             if (pi == i) lrow = v;
         }
         const float lp = tk.logprob;
-        LogProbs(lrow, tk.id, batch[i].sample.top_logprobs, &tk);
+        LogProbs(lrow, tk.id, sg.top_logprobs[i], &tk);
         tk.logprob = lp;  // the device value: the same figure with or without alternatives
       }
     }

@@ -24,6 +24,12 @@
 //  - Errors: InvalidArgument (bad ids, block table too short, a slot twice, too many tokens or
 //    pieces for the capacity), Internal (device). After an error the engine must treat every
 //    sequence of the step as lost (it ends them); nothing else is affected.
+//  - Overlap: Launch enqueues a step and returns; Collect waits for the oldest launched step and
+//    returns its tokens. At most two steps are outstanding, so the engine can launch step n+1
+//    before it has collected step n. A decode piece of step n+1 whose token is the one its slot
+//    samples in step n (unknown on the host) passes ids = {kPrevToken}: the runner takes the
+//    slot's most recent sample (on the device for CUDA). Steps execute in launch order, so ids
+//    freed by the engine after launching step n may be reused in step n+1.
 // Thread safety: a runner is driven by one thread at a time (the engine thread).
 #pragma once
 
@@ -58,6 +64,9 @@ struct SampleSpec {
   int32_t top_logprobs = 0;    // 0..20 alternatives
 };
 
+// As the only id of a decode piece: the token the piece's slot sampled in the previous step.
+inline constexpr int32_t kPrevToken = -1;
+
 struct StepPiece {
   SlotId slot = -1;
   std::span<const PageId> pages;
@@ -80,11 +89,21 @@ class ModelRunner {
   virtual RunnerCapacity capacity() const = 0;
   virtual std::string backend() const = 0;  // "cpu", "cuda"
 
-  // Runs one step. `out` (may be null) gets one entry per piece, in order (id -1 where sampling
-  // was not asked). `logits` (may be null: nothing is copied back, the normal serving path) gets,
-  // per piece in order, [1 or ids.size() (all_logits), vocab] fp32 rows, for verification.
-  virtual Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out,
-                      std::vector<float>* logits = nullptr) = 0;
+  // Enqueues one step (the spans need not outlive the call). `want_logits`: Collect returns, per
+  // piece in order, [1 or ids.size() (all_logits), vocab] fp32 rows, for verification; otherwise
+  // no logits cross back (the serving path). Errors as above; Internal when two steps are
+  // already outstanding. A failed Launch enqueues nothing.
+  virtual Status Launch(std::span<const StepPiece> pieces, bool want_logits = false) = 0;
+  // Waits for the oldest outstanding step. `out` (may be null) gets one entry per piece, in order
+  // (id -1 where sampling was not asked); `logits` (may be null) the rows asked for at Launch.
+  // InvalidArgument when no step is outstanding, Internal on a device error (the step is lost).
+  virtual Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) = 0;
+
+  // Launch + Collect of one step (no step may be outstanding).
+  Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) {
+    GYRE_RETURN_IF_ERROR(Launch(pieces, logits != nullptr));
+    return Collect(out, logits);
+  }
 };
 
 // One draw from `logits` under `p` keyed by (seed, offset) (the CPU definition: ops::Sampler over
