@@ -71,7 +71,7 @@ if [[ -f "$PACK/libs.tar.xz" ]]; then
   "$PACK/gyre" --help > /dev/null 2>&1 && GYRE=$PACK/gyre || { echo "packed gyre does not run:"; ldd "$PACK/gyre" | grep 'not found'; }
   [[ -x "$PACK/gyre_cuda_bench" ]] && ! ldd "$PACK/gyre_cuda_bench" | grep -q 'not found' && BENCH=$PACK/gyre_cuda_bench
 fi
-if [[ -z "$BENCH" ]]; then
+if [[ -z "$BENCH" ]] && has_step kda; then
   echo "== building gyre_cuda_bench with nvcc here"
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   objs=()

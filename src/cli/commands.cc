@@ -22,6 +22,7 @@
 
 #include "cli/feedback_commands.h"
 #include "cli/serve_command.h"
+#include "core/json_depth.h"
 #include "core/trace.h"
 #include "feedback/trace_export.h"
 #include "runtime/generate.h"
@@ -210,6 +211,7 @@ int RunTokenize(const std::string& path, bool decode) {
     return 0;
   }
   std::vector<int32_t> ids;
+  if (Status d = CheckJsonDepth(input, "stdin"); !d.ok()) return Fail(d);
   try {
     json j = json::parse(input);
     if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array()) {

@@ -139,6 +139,7 @@ int RunServe(const ServeArgs& a) {
   }
   auto tok = Tokenizer::FromFile(tok_path);
   if (!tok.ok()) return Fail(tok.error().WithContext(random ? "--tokenizer" : "the model folder needs a tokenizer.json"));
+  if (Status m = serve::CheckTokenizerMatchesModel(**tok, config); !m.ok()) return Fail(m.WithContext(tok_path));
   TokenizerConfig tc;
   if (!random) {
     if (auto c = LoadTokenizerConfig(a.model); c.ok()) {

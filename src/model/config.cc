@@ -1,4 +1,5 @@
 // config.json parsing. Sections: helpers; glm5_next; kimi_linear; entry points.
+#include "core/json_depth.h"
 #include "model/config.h"
 
 #include <fstream>
@@ -101,6 +102,37 @@ Status ParseTokenIds(const json* v, const char* name, std::vector<int32_t>* out)
     }
   } else {
     return Status::InvalidArgument(std::string(name) + " must be an integer or a list of integers");
+  }
+  return Status();
+}
+
+// Sizes read from a file are bounded before anything is allocated from them (a config with
+// num_hidden_layers: 1e9 must be an error, not a bad_alloc). The bounds are far above any model
+// of this family.
+Status CheckBounds(const ModelConfig& c) {
+  struct B {
+    const char* name;
+    int64_t v, hi;
+  };
+  for (const B& b : {B{"vocab_size", c.vocab_size, int64_t(1) << 24}, B{"hidden_size", c.hidden_size, 1 << 17},
+                     B{"intermediate_size", c.intermediate_size, 1 << 20},
+                     B{"moe_intermediate_size", c.moe_intermediate_size, 1 << 20},
+                     B{"num_hidden_layers", c.num_hidden_layers, 4096},
+                     B{"num_attention_heads", c.num_attention_heads, 4096}, B{"kv_lora_rank", c.kv_lora_rank, 1 << 16},
+                     B{"q_lora_rank", c.q_lora_rank, 1 << 16}, B{"qk_nope_head_dim", c.qk_nope_head_dim, 1 << 14},
+                     B{"qk_rope_head_dim", c.qk_rope_head_dim, 1 << 14}, B{"v_head_dim", c.v_head_dim, 1 << 14},
+                     B{"n_routed_experts", c.n_routed_experts, 1 << 16}, B{"n_shared_experts", c.n_shared_experts, 1024},
+                     B{"num_experts_per_tok", c.num_experts_per_tok, 1 << 16}, B{"n_group", c.n_group, 1 << 16},
+                     B{"topk_group", c.topk_group, 1 << 16}, B{"linear_num_heads", c.linear_num_heads, 4096},
+                     B{"linear_head_dim", c.linear_head_dim, 1 << 14},
+                     B{"linear_conv_kernel_dim", c.linear_conv_kernel_dim, 1024},
+                     B{"index_n_heads", c.index_n_heads, 4096}, B{"index_head_dim", c.index_head_dim, 1 << 14},
+                     B{"index_topk", c.index_topk, int64_t(1) << 24}, B{"index_kpool", c.index_kpool, 1 << 16},
+                     B{"hc_mult", c.hc_mult, 64}}) {
+    if (b.v < -1 || b.v > b.hi) {
+      return Status::InvalidArgument(std::string("config field '") + b.name + "' = " + std::to_string(b.v) +
+                                     " is out of range (at most " + std::to_string(b.hi) + ")");
+    }
   }
   return Status();
 }
@@ -229,6 +261,7 @@ Status ParseGlm5Text(const json& text, ModelConfig* c) {
     if (safe_gate && !c->linear_lower_bound) c->linear_lower_bound = -5.0f;
   }
 
+  GYRE_RETURN_IF_ERROR(CheckBounds(*c));
   const int64_t L = c->num_hidden_layers;
   std::vector<std::string> names;
   bool found = false;
@@ -334,6 +367,7 @@ Status ParseKimiLinear(const json& j, ModelConfig* c) {
   GYRE_RETURN_IF_ERROR(f.Int({"linear_num_heads"}, &c->linear_num_heads));
   GYRE_RETURN_IF_ERROR(f.Int({"linear_conv_kernel_dim"}, &c->linear_conv_kernel_dim));
 
+  GYRE_RETURN_IF_ERROR(CheckBounds(*c));
   const int64_t L = c->num_hidden_layers;
   const json* la = f.Get({"linear_attn_config"});
   if (la && !la->is_object()) return Status::InvalidArgument("linear_attn_config must be an object");
@@ -430,6 +464,7 @@ Status Validate(const ModelConfig& c) {
 }  // namespace
 
 Result<ModelConfig> ParseModelConfig(const std::string& json_text) {
+  GYRE_RETURN_IF_ERROR(CheckJsonDepth(json_text, "config.json"));
   json j;
   try {
     j = json::parse(json_text);
@@ -497,6 +532,7 @@ Result<GenerationConfig> LoadGenerationConfig(const std::string& dir) {
   GenerationConfig g;
   auto text = ReadFile(dir + "/generation_config.json");
   if (!text) return g;
+  GYRE_RETURN_IF_ERROR(CheckJsonDepth(*text, "generation_config.json"));
   try {
     json j = json::parse(*text);
     if (!j.is_object()) return Status::InvalidArgument("generation_config.json must hold an object");

@@ -159,5 +159,25 @@ TEST(ModelConfig, Errors) {
   EXPECT_EQ(LoadModelConfig("/nonexistent").status().code(), StatusCode::kNotFound);
 }
 
+// Regression: sizes from the file are bounded before anything is allocated (num_hidden_layers 1e9
+// without layer lists aborted with an uncaught bad_alloc), and nesting is limited (a deeply nested
+// config.json crashed generate and serve).
+TEST(ModelConfig, HugeSizesAndDeepNestingAreErrorsNotCrashes) {
+  for (const char* field : {"num_hidden_layers", "vocab_size", "hidden_size", "n_routed_experts"}) {
+    const std::string text = std::string(R"({"model_type": "glm5_next", ")") + field + R"(": 1e9})";
+    auto c = ParseModelConfig(text);
+    ASSERT_FALSE(c.ok()) << field;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status().message();
+  }
+  auto k = ParseModelConfig(R"({"model_type": "kimi_linear", "num_hidden_layers": 1000000000})");
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find("num_hidden_layers"), std::string::npos);
+  const std::string deep = R"({"model_type": "glm5_next", "x": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto d = ParseModelConfig(deep);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("nests deeper"), std::string::npos) << d.status().message();
+}
+
 }  // namespace
 }  // namespace gyre

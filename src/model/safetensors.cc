@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include "core/json_depth.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -134,6 +136,7 @@ Result<std::map<std::string, std::string>> ParseMetadata(const json& v) {
 // Parses `text` as JSON without letting an exception escape; reports the first duplicate key of
 // the top-level object in `*dup_key` (nlohmann silently keeps the last one).
 Result<json> ParseJson(std::string_view text, std::string* dup_key) {
+  if (Status d = CheckJsonDepth(text, "the header"); !d.ok()) return Status::DataLoss(d.message());
   try {
     std::set<std::string> top_keys;
     auto cb = [&](int depth, json::parse_event_t event, json& parsed) {

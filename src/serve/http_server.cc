@@ -59,6 +59,7 @@ struct Shared {
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> open_exchanges{0};
   std::atomic<int64_t> num_conns{0};
+  std::atomic<int64_t> refused_conns{0};
 
   void Register(const std::shared_ptr<Connection>& c) {
     std::lock_guard<std::mutex> l(mu);
@@ -292,6 +293,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<Exchange> current_;
   bool watching_ = false;
   bool closed_ = false;
+  int64_t served_ = 0;  // requests read on this connection
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -384,7 +386,16 @@ class ServerImpl final : public HttpServer {
       tcp::socket sock = co_await acceptor_.async_accept(strand, asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (!acceptor_.is_open() || ec == asio::error::operation_aborted) co_return;
-        continue;  // e.g. EMFILE: keep serving the open connections
+        // e.g. EMFILE: keep serving the open connections; wait before accepting again (the
+        // pending connection stays in the backlog) instead of spinning on the error.
+        asio::steady_timer backoff(*ioc_, std::chrono::milliseconds(shared_->opts.accept_backoff_ms));
+        co_await backoff.async_wait(asio::redirect_error(use_awaitable, ec));
+        continue;
+      }
+      if (shared_->num_conns.load() >= shared_->opts.max_connections) {
+        sock.close(ec);  // over the cap: refuse this one, keep the others
+        ++shared_->refused_conns;
+        continue;
       }
       sock.set_option(tcp::no_delay(true), ec);
       auto conn = std::make_shared<Connection>(shared_, ioc_, strand, std::move(sock));
@@ -505,7 +516,9 @@ asio::awaitable<bool> Connection::ReadRequest(http::request_parser<http::string_
   parser.body_limit(static_cast<uint64_t>(o.max_body_bytes));
   parser.header_limit(64 * 1024);
   beast::error_code ec;
-  stream_.expires_after(std::chrono::milliseconds(o.idle_timeout_ms));
+  // Headers must arrive in time: header_timeout_ms on a new connection, idle_timeout_ms between
+  // keep-alive requests.
+  stream_.expires_after(std::chrono::milliseconds(served_ == 0 ? o.header_timeout_ms : o.idle_timeout_ms));
   co_await http::async_read_header(stream_, buffer_, parser, asio::redirect_error(use_awaitable, ec));
   if (!ec && parser.get()[http::field::expect] == "100-continue" && !parser.is_done()) {
     // Skip the 100 when the body is too large anyway: the 413 below answers instead.
@@ -542,6 +555,7 @@ asio::awaitable<void> Connection::Run() {
       if (!co_await ReadRequest(parser, &fatal)) break;
       stream_.expires_never();
       http::request<http::string_body> req = parser.release();
+      ++served_;
       const bool keep_alive = req.keep_alive();
       const unsigned version = req.version();
 

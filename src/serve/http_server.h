@@ -82,7 +82,14 @@ struct HttpServerOptions {
   int64_t max_body_bytes = 16 << 20;          // larger request bodies get 413
   int64_t max_buffered_bytes = 4 << 20;       // per stream: unsent bytes beyond this abort it
   int64_t write_timeout_ms = 30000;           // one socket write; longer aborts the exchange
-  int64_t idle_timeout_ms = 120000;           // keep-alive wait for the next request
+  int64_t idle_timeout_ms = 30000;            // keep-alive wait for the next request's headers
+  // A new connection must deliver its first request's headers within this (slow or idle
+  // connections that never finish their headers are closed instead of holding a descriptor).
+  int64_t header_timeout_ms = 10000;
+  // Open connections beyond this are closed at accept (the listener keeps serving the others);
+  // accept errors such as EMFILE back off for accept_backoff_ms instead of spinning.
+  int64_t max_connections = 4096;
+  int64_t accept_backoff_ms = 50;
   // Body of the errors the HTTP layer answers itself (400 malformed HTTP, 413, 431, 500 from a
   // throwing handler); JSON. Default: {"error": {"message": ..., "type": ..., ...}}.
   std::function<std::string(int status, const std::string& message)> error_body;

@@ -1,5 +1,6 @@
 // OpenAI wire format. Sections: errors; field readers; request parsers (common, chat,
 // completions); response builders.
+#include "core/json_depth.h"
 #include "serve/openai_protocol.h"
 
 #include <chrono>
@@ -158,6 +159,7 @@ Status ReadIdList(const Json& v, const char* key, std::vector<int32_t>* out) {
 }
 
 Result<Json> ParseBody(std::string_view body) {
+  GYRE_RETURN_IF_ERROR(CheckJsonDepth(body, "the request body"));
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument("the request body is not valid JSON");
   if (!j.is_object()) return Status::InvalidArgument("the request body must be a JSON object");

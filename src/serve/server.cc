@@ -7,6 +7,21 @@
 
 namespace gyre::serve {
 
+Status CheckTokenizerMatchesModel(const Tokenizer& tok, const ModelConfig& config) {
+  if (tok.vocab_size() > config.vocab_size) {
+    return Status::InvalidArgument("the tokenizer has " + std::to_string(tok.vocab_size()) +
+                                   " ids but the model's vocabulary is " + std::to_string(config.vocab_size) +
+                                   ": ids beyond it cannot be embedded (wrong tokenizer for this model?)");
+  }
+  for (int32_t e : config.eos_token_ids) {
+    if (e < 0 || e >= config.vocab_size) {
+      return Status::InvalidArgument("eos_token_id " + std::to_string(e) + " is outside the model's vocabulary [0, " +
+                                     std::to_string(config.vocab_size) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
 std::string OpenAiErrorBody(int status, const std::string& message) {
   ApiError e;
   e.status = status;

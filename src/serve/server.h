@@ -23,12 +23,18 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "model/config.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_serving.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gyre::serve {
+
+// At load: the tokenizer must not produce ids the model cannot embed, and the model's EOS ids must
+// be ids of its vocabulary. InvalidArgument with the numbers otherwise. (A tokenizer smaller than
+// the model is fine: checkpoints pad the embedding.)
+Status CheckTokenizerMatchesModel(const Tokenizer& tok, const ModelConfig& config);
 
 struct ServerOptions {
   HttpServerOptions http;

@@ -272,6 +272,69 @@ TEST_F(ServerTest, HealthModelsVersion) {
   EXPECT_EQ(Do("GET", "/version").status, 200);
 }
 
+// Regression: a 120 KB body of 60,000 nested arrays crashed the server (stack overflow in the
+// recursive destruction of the parsed value), unauthenticated. Now a 400, and the server lives on.
+TEST_F(ServerTest, DeeplyNestedBodyIsA400AndTheServerSurvives) {
+  Start();
+  const std::string deep = std::string(60000, '[') + std::string(60000, ']');
+  for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+    const Reply r = Do("POST", path, deep, {"Content-Type: application/json"});
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(ErrorMessage(r).find("nests deeper than"), std::string::npos) << r.body;
+  }
+  const std::string deep_field = "{\"model\": \"tiny\", \"messages\": " + std::string(5000, '[') + std::string(5000, ']') + "}";
+  EXPECT_EQ(Do("POST", "/v1/chat/completions", deep_field, {"Content-Type: application/json"}).status, 400);
+  EXPECT_EQ(Do("GET", "/health").status, 200);
+}
+
+// Regression: idle connections that never finish their headers held descriptors for 120 s and,
+// in numbers, exhausted them. Now they are closed after header_timeout_ms, connections beyond
+// max_connections are refused at accept, and the server keeps answering.
+TEST_F(ServerTest, IdleConnectionsAreCappedAndTimedOut) {
+  ServerOptions so;
+  so.http.header_timeout_ms = 300;
+  so.http.max_connections = 8;
+  Start({}, so);
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(std::make_unique<Client>(port_));
+    ASSERT_TRUE(idle.back()->ok());
+    idle.back()->SendRaw("GET /health HTTP/1.1\r\nHost: x\r\n");  // headers never finished
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    Client over(port_);  // the ninth: closed at accept
+    ASSERT_TRUE(over.ok());
+    over.SendRaw("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(over.Read().status, 200);
+  }
+  // The idle ones are closed by the server after the header deadline; then /health answers.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  for (auto& c : idle) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(c->Read(3000).status, 0);  // end of stream (not a response, not a read timeout)
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+  }
+  EXPECT_EQ(Do("GET", "/health").status, 200);
+}
+
+TEST(TokenizerVsModel, LargerTokenizerAndOutOfVocabularyEosAreRefused) {
+  auto tok = Tokenizer::FromFile(std::string(GYRE_SOURCE_DIR) + "/tests/fixtures/glm5_tiny/tokenizer.json");
+  ASSERT_TRUE(tok.ok());
+  ModelConfig c;
+  c.vocab_size = 1024;
+  c.eos_token_ids = {1014};
+  EXPECT_TRUE(CheckTokenizerMatchesModel(**tok, c).ok());
+  c.vocab_size = 97;
+  c.eos_token_ids = {96};
+  Status s = CheckTokenizerMatchesModel(**tok, c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("97"), std::string::npos) << s.message();
+  c.vocab_size = 4096;
+  c.eos_token_ids = {4096};
+  EXPECT_EQ(CheckTokenizerMatchesModel(**tok, c).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ServerTest, BannerNamesBudgets) {
   Start();
   const std::string b = server_->Banner();

@@ -1,3 +1,4 @@
+#include "core/json_depth.h"
 #include "tokenizer/json_util.h"
 
 #include <filesystem>
@@ -19,6 +20,7 @@ Result<std::string> ReadFile(const std::string& path) {
 }
 
 Result<Json> ParseJson(std::string_view text, std::string_view what) {
+  GYRE_RETURN_IF_ERROR(CheckJsonDepth(text, what));
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::exception& e) {
