@@ -178,6 +178,11 @@ class EngineImpl final : public Engine {
         PublishStats();
         return;
       }
+      // Steps with prefill pieces run eagerly, and an eager CUDA launch synchronises inside (the
+      // chunked KDA's pageable uploads, workspace growth), which would hold the previous step's
+      // tokens back for the length of this one: collect first, then launch (measured: ITL p99
+      // 33 → 48-60 ms at c = 64 / 256 when prefills were launched ahead).
+      if (!inflight_.empty() && PrefillNext()) CollectOldest();
       bool launched = false;
       if (HasWork() && inflight_.size() <= depth) launched = LaunchStep();
       if (!inflight_.empty() && (!launched || inflight_.size() > depth)) {
@@ -188,6 +193,14 @@ class EngineImpl final : public Engine {
       }
       PublishStats();
     }
+  }
+
+  // Whether the next step would carry a prefill piece (a new request, a recompute or a chunk).
+  bool PrefillNext() const {
+    if (!waiting_.empty() && slots_.num_free() > 0) return true;
+    for (const auto& r : running_)
+      if (static_cast<int64_t>(r->tokens.size()) - r->num_scheduled > 1) return true;
+    return false;
   }
 
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
