@@ -573,7 +573,7 @@ asio::awaitable<void> Connection::Run() {
       auto ex = std::make_shared<Exchange>(ioc_, strand_, weak_from_this(), shared_);
       current_ = ex;
       try {
-        shared_->handler(hr, ex);
+        shared_->handler(std::move(hr), ex);
       } catch (const std::exception& e) {
         HttpResponse r;
         r.status = 500;

@@ -73,7 +73,8 @@ class HttpExchange {
   virtual bool aborted() const = 0;
 };
 
-using HttpHandler = std::function<void(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange)>;
+// The handler owns the request (it may move the body to another thread).
+using HttpHandler = std::function<void(HttpRequest request, std::shared_ptr<HttpExchange> exchange)>;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
@@ -99,8 +100,8 @@ class HttpServer {
  public:
   // Binds and listens (so port() is known) but serves nothing until Start. Errors: Unavailable
   // when the address cannot be bound; InvalidArgument for a bad host or option.
-  // `handler` is called on a connection strand, must not block, and should not throw (an
-  // exception becomes a 500 response).
+  // `handler` is called on a connection strand, must not block (hand CPU-heavy work to another
+  // thread, see work_pool.h), and should not throw (an exception becomes a 500 response).
   static Result<std::unique_ptr<HttpServer>> Create(const HttpServerOptions& options, HttpHandler handler);
   virtual ~HttpServer() = default;
 

@@ -270,8 +270,10 @@ Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequ
   return p;
 }
 
-void OpenAiServing::Generate(bool chat, const GenerationRequest& g, std::vector<int32_t> prompt,
-                             std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const {
+void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const {
+  const bool chat = request.chat;
+  const GenerationRequest& g = request.gen;
+  std::vector<int32_t>& prompt = request.prompt;
   if (!g.model.empty() && g.model != cfg_.served_model_name) {
     ApiError e;
     e.status = 404;
@@ -309,21 +311,19 @@ void OpenAiServing::Generate(bool chat, const GenerationRequest& g, std::vector<
   run->Begin(*submitted);
 }
 
-void OpenAiServing::Chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const {
-  auto r = ParseChatRequest(req.body);
-  if (!r.ok()) return RespondError(*ex, ApiError::FromStatus(r.error()));
-  auto ids = ChatPromptIds(*r);
-  if (!ids.ok()) return RespondError(*ex, ApiError::FromStatus(ids.error()));
-  Generate(/*chat=*/true, r->gen, std::move(*ids), std::move(ex), arrival);
-}
-
-void OpenAiServing::Completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
-                               Clock::time_point arrival) const {
-  auto r = ParseCompletionRequest(req.body);
-  if (!r.ok()) return RespondError(*ex, ApiError::FromStatus(r.error()));
-  auto ids = CompletionPromptIds(*r);
-  if (!ids.ok()) return RespondError(*ex, ApiError::FromStatus(ids.error()));
-  Generate(/*chat=*/false, r->gen, std::move(*ids), std::move(ex), arrival);
+Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_view body) const {
+  Prepared p;
+  p.chat = chat;
+  if (chat) {
+    GYRE_ASSIGN_OR_RETURN(ChatRequest r, ParseChatRequest(body));
+    GYRE_ASSIGN_OR_RETURN(p.prompt, ChatPromptIds(r));
+    p.gen = std::move(r.gen);
+  } else {
+    GYRE_ASSIGN_OR_RETURN(CompletionRequest r, ParseCompletionRequest(body));
+    GYRE_ASSIGN_OR_RETURN(p.prompt, CompletionPromptIds(r));
+    p.gen = std::move(r.gen);
+  }
+  return p;
 }
 
 }  // namespace gyre::serve

@@ -1,15 +1,16 @@
 // The OpenAI generation endpoints over an Engine: POST /v1/chat/completions and /v1/completions.
 //
-// One request: parse and validate the body → build the prompt (chat: render the chat template,
-// then tokenize with special tokens parsed) → check it against the context length → Engine::Submit
-// with a sink → answer. The sink posts every engine event to the request's HttpExchange strand
+// One request: Prepare (parse and validate the body, build the prompt: chat renders the chat
+// template, then tokenizes with special tokens parsed; CPU-heavy, run on a worker, see
+// work_pool.h) → Submit on the exchange's strand (check the context length, Engine::Submit with a
+// sink) → answer. The sink posts every engine event to the request's HttpExchange strand
 // (the engine thread never waits on the network); there the text is detokenized incrementally,
 // stop sequences are matched, and either SSE chunks are written (stream) or one JSON response is
 // sent at the end. A client that disconnects, or reads too slowly, makes the exchange abort and
 // the request is cancelled in the engine.
 //
-// Thread safety: Chat/Completion are called on the exchange's strand (the HttpServer handler);
-// the object itself is immutable after construction and shared by all requests.
+// Thread safety: Prepare and the prompt builders may run on any thread; Submit runs on the
+// exchange's strand. The object itself is immutable after construction and shared by all requests.
 #pragma once
 
 #include <chrono>
@@ -46,10 +47,18 @@ class OpenAiServing {
  public:
   explicit OpenAiServing(ServingConfig config);
 
-  // Handle one request; the answer goes to `ex`, now or later. `arrival` is when the request was
-  // read (TTFT and end-to-end latency start there).
-  void Chat(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
-  void Completion(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
+  // A request parsed, validated and tokenized, ready for Submit.
+  struct Prepared {
+    bool chat = true;
+    GenerationRequest gen;
+    std::vector<int32_t> prompt;
+  };
+  // Parses a /v1/chat/completions (`chat`) or /v1/completions body and builds its prompt ids.
+  // Errors: InvalidArgument naming the field. Any thread.
+  Result<Prepared> Prepare(bool chat, std::string_view body) const;
+  // Submits a prepared request; the answer goes to `ex`, now or later. `arrival` is when the
+  // request was read (TTFT and end-to-end latency start there). On the exchange's strand.
+  void Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
 
   // The prompt ids of a chat request (template + tokenizer). Errors: InvalidArgument.
   Result<std::vector<int32_t>> ChatPromptIds(const ChatRequest& r) const;
@@ -60,8 +69,6 @@ class OpenAiServing {
   const ServingConfig& config() const { return cfg_; }
 
  private:
-  void Generate(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt,
-                std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
   // Validates the model name and the context length and fills the engine parameters.
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
 

@@ -72,6 +72,9 @@ Server::~Server() { Stop(0); }
 Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions options) {
   if (!deps.engine || !deps.tokenizer) return Status::InvalidArgument("the server needs an engine and a tokenizer");
   if (options.served_model_name.empty()) return Status::InvalidArgument("--served-model-name must not be empty");
+  if (options.num_prepare_threads < 1 || options.max_queued_prepares < 0) {
+    return Status::InvalidArgument("the server needs >= 1 prepare thread and a queue bound >= 0");
+  }
   std::unique_ptr<Server> s(new Server(std::move(deps), std::move(options)));
   s->metrics_ = std::make_unique<ServeMetrics>(s->opts_.served_model_name);
   ServingConfig sc;
@@ -83,11 +86,12 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   sc.metrics = s->metrics_.get();
   sc.default_completion_max_tokens = s->opts_.default_completion_max_tokens;
   s->serving_ = std::make_unique<OpenAiServing>(std::move(sc));
+  s->prepare_pool_ = std::make_unique<WorkPool>(s->opts_.num_prepare_threads, s->opts_.max_queued_prepares);
   HttpServerOptions ho = s->opts_.http;
   ho.error_body = OpenAiErrorBody;
   Server* raw = s.get();
-  GYRE_ASSIGN_OR_RETURN(s->http_, HttpServer::Create(ho, [raw](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
-                          raw->Handle(req, std::move(ex));
+  GYRE_ASSIGN_OR_RETURN(s->http_, HttpServer::Create(ho, [raw](HttpRequest req, std::shared_ptr<HttpExchange> ex) {
+                          raw->Handle(std::move(req), std::move(ex));
                         }));
   return s;
 }
@@ -101,6 +105,9 @@ void Server::Stop(int64_t grace_ms) {
   stopped_ = true;
   stopping_ = true;
   if (http_) http_->StopAccepting();
+  // Requests being prepared finish and submit (their Submit runs on a strand, before or after the
+  // engine stops; either way they end); queued ones are answered 503.
+  if (prepare_pool_) prepare_pool_->Stop();
   deps_.engine->Stop();  // every request reaches OnFinish; the runs write their last chunks
   if (http_) http_->Stop(grace_ms);
 }
@@ -144,7 +151,23 @@ Json Server::ModelCard() const {
               {"max_model_len", deps_.engine->Stats().max_model_len}};
 }
 
-void Server::Handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) {
+  auto task = [this, chat, body = std::move(body), ex, arrival](bool cancelled) {
+    if (cancelled) return RespondError(*ex, MakeError(503, "the server is shutting down"));
+    if (ex->aborted()) return;  // the client left while the request waited
+    auto prepared = serving_->Prepare(chat, body);
+    ex->Post([this, prepared = std::move(prepared), ex, arrival]() mutable {
+      if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
+      serving_->Submit(std::move(*prepared), ex, arrival);
+    });
+  };
+  if (!prepare_pool_->TrySubmit(std::move(task))) {
+    RespondError(*ex, ApiError::FromStatus(Status::ResourceExhausted(
+                          "too many requests are waiting to be parsed and tokenized; retry later")));
+  }
+}
+
+void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
   const auto arrival = Clock::now();
   const std::string& path = req.path;
   auto allow = [&](const char* method) -> bool {
@@ -193,11 +216,11 @@ void Server::Handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
       return;
     }
     if (path == "/v1/chat/completions") {
-      if (allow("POST")) serving_->Chat(req, ex, arrival);
+      if (allow("POST")) Generate(/*chat=*/true, std::move(req.body), ex, arrival);
       return;
     }
     if (path == "/v1/completions") {
-      if (allow("POST")) serving_->Completion(req, ex, arrival);
+      if (allow("POST")) Generate(/*chat=*/false, std::move(req.body), ex, arrival);
       return;
     }
     if (path == "/v1/models") {

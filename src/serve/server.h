@@ -6,6 +6,8 @@
 //   GET  /health                                      200 while serving, 503 once stopping
 //   GET  /metrics                                     Prometheus text (metrics.h)
 //   GET  /version                                     {"version": ...}
+// Generation bodies are parsed and tokenized on a bounded worker pool (ServerOptions), so the
+// HTTP threads stay free for other connections (/health answers while big bodies are prepared).
 // With an API key, /v1/* requires "Authorization: Bearer <key>" (401 otherwise). Unknown paths
 // get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413.
 //
@@ -27,6 +29,7 @@
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_serving.h"
+#include "serve/work_pool.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gyre::serve {
@@ -42,6 +45,10 @@ struct ServerOptions {
   std::string api_key;          // empty: no authentication
   int64_t kv_page_tokens = 0;   // for the banner only (tokens per latent-cache page)
   int64_t default_completion_max_tokens = 16;
+  // Generation requests are parsed and tokenized on this many worker threads, not on the HTTP
+  // threads; at most `max_queued_prepares` more wait for one (beyond: 429 with Retry-After).
+  int num_prepare_threads = 2;
+  int64_t max_queued_prepares = 64;
 };
 
 // Borrowed collaborators; all must outlive the Server.
@@ -66,10 +73,14 @@ class Server {
   // One line for stdout: where it listens, the model name, memory budgets, max concurrency.
   std::string Banner() const;
   const ServeMetrics& metrics() const { return *metrics_; }
+  // Generation requests waiting for a prepare thread (for tests and metrics).
+  int64_t num_queued_prepares() const { return prepare_pool_->num_queued(); }
 
  private:
   Server(ServerDeps deps, ServerOptions options);
-  void Handle(const HttpRequest& req, std::shared_ptr<HttpExchange> ex);
+  void Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex);
+  // Prepares a generation request on the pool, then submits it on the exchange's strand.
+  void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival);
   bool Authorized(const HttpRequest& req) const;
   Json ModelCard() const;
 
@@ -78,6 +89,7 @@ class Server {
   const ServerOptions opts_;
   std::unique_ptr<ServeMetrics> metrics_;
   std::unique_ptr<OpenAiServing> serving_;
+  std::unique_ptr<WorkPool> prepare_pool_;  // stopped before the engine, so no task outlives it
   std::unique_ptr<HttpServer> http_;
   const int64_t created_;  // unix seconds, for /v1/models
 

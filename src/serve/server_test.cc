@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -199,6 +200,10 @@ class ServerTest : public ::testing::Test {
     d.tokenizer = tok_.get();
     d.tokenizer_config.eos_token = "<|endoftext|>";
     d.render_chat = [this](const Json& ctx) -> Result<std::string> {
+      if (slow_render_ms_ > 0 && ctx["messages"][0]["content"] == "slow") {
+        ++slow_renders_;
+        std::this_thread::sleep_for(std::chrono::milliseconds(slow_render_ms_));
+      }
       last_context_ = ctx;
       std::string s = "[gMASK]<sop>";
       for (const auto& m : ctx["messages"]) {
@@ -253,6 +258,8 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<Server> server_;
   int port_ = 0;
   Json last_context_;
+  int slow_render_ms_ = 0;             // > 0: rendering a first message "slow" takes this long
+  std::atomic<int> slow_renders_{0};   // slow renders started
 };
 
 // ---- routes and errors ------------------------------------------------------------------------
@@ -316,6 +323,35 @@ TEST_F(ServerTest, IdleConnectionsAreCappedAndTimedOut) {
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
   }
   EXPECT_EQ(Do("GET", "/health").status, 200);
+}
+
+// Regression: bodies were parsed, rendered and tokenized on the HTTP threads, so two big bodies
+// stalled /health (1.8 s for two 15 MB bodies) and any number of them could be held in memory.
+// Now preparation runs on a bounded pool: /health answers while a request per HTTP thread is
+// still being prepared, and beyond the queue bound a request gets 429 at once.
+TEST_F(ServerTest, HealthAnswersWhileBodiesAreBeingPrepared) {
+  ServerOptions so;
+  so.num_prepare_threads = 2;
+  so.max_queued_prepares = 1;
+  slow_render_ms_ = 800;
+  Start({}, so);
+  const std::string slow = Chat({{"messages", Json::array({{{"role", "user"}, {"content", "slow"}}})}}).dump();
+  std::vector<std::unique_ptr<Client>> busy;
+  for (int i = 0; i < 3; ++i) {  // two being prepared (as many as HTTP threads), then one queued
+    busy.push_back(std::make_unique<Client>(port_));
+    busy.back()->Send("POST", "/v1/chat/completions", slow);
+    if (i < 2) ASSERT_TRUE(WaitFor([&] { return slow_renders_.load() == i + 1; }));
+  }
+  ASSERT_TRUE(WaitFor([&] { return server_->num_queued_prepares() == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Do("GET", "/health").status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+  Client over(port_);
+  over.Send("POST", "/v1/chat/completions", slow);
+  const Reply r = over.Read();
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(r.headers.count("retry-after"), 1u);
+  for (auto& c : busy) EXPECT_EQ(c->Read().status, 200);
 }
 
 TEST(TokenizerVsModel, LargerTokenizerAndOutOfVocabularyEosAreRefused) {
