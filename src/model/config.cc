@@ -1,5 +1,4 @@
 // config.json parsing. Sections: helpers; glm5_next; kimi_linear; entry points.
-#include "core/json_depth.h"
 #include "model/config.h"
 
 #include <fstream>
@@ -7,6 +6,8 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "core/json_depth.h"
 
 namespace gyre {
 

@@ -54,42 +54,26 @@ Status CpuRunner::Collect(std::vector<SampledToken>* out, std::vector<float>* lo
 Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits) {
   const int64_t V = model_.config().vocab_size;
   if (done_.size() >= 2) return Status::Internal("cpu runner: two steps are already outstanding");
+  GYRE_RETURN_IF_ERROR(ValidateStep(pieces_in, capacity(), V));
   // Resolve kPrevToken from the slots' last samples (the previous step ran to completion).
   std::vector<StepPiece> pieces(pieces_in.begin(), pieces_in.end());
   std::vector<int32_t> resolved(pieces.size());
+  std::vector<SeqInput> batch;
   for (size_t i = 0; i < pieces.size(); ++i) {
     StepPiece& p = pieces[i];
     if (p.ids.size() == 1 && p.ids[0] == kPrevToken) {
-      if (p.slot < 0 || p.slot >= opts_.num_slots || p.start == 0 || last_token_[p.slot] < 0)
+      if (last_token_[p.slot] < 0)
         return Status::InvalidArgument("piece " + std::to_string(i) + ": kPrevToken without an earlier sample in slot " +
                                        std::to_string(p.slot));
       resolved[i] = last_token_[p.slot];
       p.ids = std::span<const int32_t>(&resolved[i], 1);
     }
-  }
-  int64_t total = 0;
-  std::vector<SeqInput> batch;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const StepPiece& p = pieces[i];
-    if (p.slot < 0 || p.slot >= opts_.num_slots)
-      return Status::InvalidArgument("piece " + std::to_string(i) + ": slot " + std::to_string(p.slot) +
-                                     " is outside [0, " + std::to_string(opts_.num_slots) + ")");
-    for (size_t j = 0; j < i; ++j)
-      if (pieces[j].slot == p.slot) return Status::InvalidArgument("slot " + std::to_string(p.slot) + " twice in one step");
-    for (PageId pg : p.pages)
-      if (pg < 0 || pg >= kv_.num_pages())
-        return Status::InvalidArgument("page " + std::to_string(pg) + " is outside the page pool");
-    SequenceState& s = *slots_[p.slot];
+    const SequenceState& s = *slots_[p.slot];
     if (p.start != 0 && p.start != s.num_tokens)
       return Status::InvalidArgument("piece " + std::to_string(i) + ": start " + std::to_string(p.start) +
                                      " but slot " + std::to_string(p.slot) + " holds " + std::to_string(s.num_tokens) +
                                      " tokens");
-    if (p.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sample.params));
-    total += static_cast<int64_t>(p.ids.size());
   }
-  if (total > opts_.max_step_tokens)
-    return Status::InvalidArgument(std::to_string(total) + " tokens in one step; at most " +
-                                   std::to_string(opts_.max_step_tokens));
   for (const StepPiece& p : pieces) {
     SequenceState& s = *slots_[p.slot];
     if (p.start == 0) {
@@ -101,7 +85,7 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
   }
   std::vector<float> logits;
   GYRE_RETURN_IF_ERROR(model_.Forward(batch, &logits));
-  GYRE_SPAN("sample", "sample", trace::Attrs{.detail = "rows=" + std::to_string(pieces.size())});
+  GYRE_SPAN("sample", "sample");
   Done done;
   std::vector<SampledToken>* out = &done.out;
   {

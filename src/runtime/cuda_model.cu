@@ -1254,49 +1254,22 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t V = c.vocab_size, pt = m.opts.page_tokens;
-  if (batch.empty()) return Status::InvalidArgument("cuda model: empty batch");
   if (m.outstanding.size() >= 2) return Status::Internal("cuda model: two steps are already outstanding");
-  if (static_cast<int64_t>(batch.size()) > m.bmax)
-    return Status::InvalidArgument("cuda model: " + std::to_string(batch.size()) + " sequences in one step; at most " +
-                                   std::to_string(m.bmax));
-  // Validate, and order: decode rows (history, one token) first, then prefill pieces.
+  if (Status v = ValidateStep(batch, capacity(), V); !v.ok()) return v.WithContext("cuda model");
+  // Order: decode rows (history, one token) first, then prefill pieces.
   auto is_decode = [](const StepPiece& p) { return p.start > 0 && p.ids.size() == 1; };
   std::vector<size_t> order;
   int64_t total = 0, max_ctx = 1;
   for (size_t i = 0; i < batch.size(); ++i) {
     const StepPiece& in = batch[i];
-    const std::string where = "cuda model: piece " + std::to_string(i);
-    if (in.slot < 0 || in.slot >= m.opts.max_seqs)
-      return Status::InvalidArgument(where + ": slot " + std::to_string(in.slot) + " outside [0, " +
-                                     std::to_string(m.opts.max_seqs) + ")");
-    if (in.ids.empty()) return Status::InvalidArgument(where + " has no new tokens");
-    if (in.start < 0) return Status::InvalidArgument(where + ": negative start");
-    const bool prev = in.ids.size() == 1 && in.ids[0] == kPrevToken;
-    if (prev && in.start == 0) return Status::InvalidArgument(where + ": kPrevToken in a piece with no history");
-    for (int32_t id : in.ids)
-      if (!prev && (id < 0 || id >= V))
-        return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                       std::to_string(V) + ")");
-    for (size_t j = 0; j < i; ++j)
-      if (batch[j].slot == in.slot) return Status::InvalidArgument("cuda model: a slot appears twice in one step");
     const int64_t ctx = in.start + static_cast<int64_t>(in.ids.size());
     if (ctx > m.max_seq_tokens)
-      return Status::InvalidArgument(where + ": " + std::to_string(ctx) + " tokens exceed the longest sequence (" +
-                                     std::to_string(m.max_seq_tokens) + ", max_seq_tokens)");
-    if (m.num_pages > 0) {
-      if (static_cast<int64_t>(in.pages.size()) * pt < ctx)
-        return Status::InvalidArgument(where + ": the block table holds " + std::to_string(in.pages.size()) +
-                                       " pages, " + std::to_string((ctx + pt - 1) / pt) + " are needed");
-      for (int32_t pg : in.pages)
-        if (pg < 0 || pg >= m.num_pages) return Status::InvalidArgument(where + ": page " + std::to_string(pg) + " outside the pool");
-    }
-    if (in.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(in.sample.params));
+      return Status::InvalidArgument("cuda model: piece " + std::to_string(i) + ": " + std::to_string(ctx) +
+                                     " tokens exceed the longest sequence (" + std::to_string(m.max_seq_tokens) +
+                                     ", max_seq_tokens)");
     total += static_cast<int64_t>(in.ids.size());
     max_ctx = std::max(max_ctx, ctx);
   }
-  if (total > m.nmax)
-    return Status::InvalidArgument("cuda model: " + std::to_string(total) + " tokens in one step; at most " +
-                                   std::to_string(m.nmax) + " (max_batch_tokens)");
   for (size_t i = 0; i < batch.size(); ++i)
     if (is_decode(batch[i])) order.push_back(i);
   const int64_t bd = static_cast<int64_t>(order.size());

@@ -14,6 +14,47 @@ uint64_t SplitMix64(uint64_t x) {
 }
 }  // namespace
 
+Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap, int64_t vocab) {
+  if (pieces.empty()) return Status::InvalidArgument("empty step");
+  if (static_cast<int64_t>(pieces.size()) > cap.max_step_pieces)
+    return Status::InvalidArgument(std::to_string(pieces.size()) + " sequences in one step; at most " +
+                                   std::to_string(cap.max_step_pieces));
+  int64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const StepPiece& p = pieces[i];
+    const std::string where = "piece " + std::to_string(i);
+    if (p.slot < 0 || p.slot >= cap.num_slots)
+      return Status::InvalidArgument(where + ": slot " + std::to_string(p.slot) + " is outside [0, " +
+                                     std::to_string(cap.num_slots) + ")");
+    for (size_t j = 0; j < i; ++j)
+      if (pieces[j].slot == p.slot) return Status::InvalidArgument("slot " + std::to_string(p.slot) + " twice in one step");
+    if (p.ids.empty()) return Status::InvalidArgument(where + " has no new tokens");
+    if (p.start < 0) return Status::InvalidArgument(where + ": negative start");
+    const bool prev = p.ids.size() == 1 && p.ids[0] == kPrevToken;
+    if (prev && p.start == 0) return Status::InvalidArgument(where + ": kPrevToken in a piece with no history");
+    for (int32_t id : p.ids)
+      if (!prev && (id < 0 || id >= vocab))
+        return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                       std::to_string(vocab) + ")");
+    if (cap.num_pages > 0) {
+      const int64_t ctx = p.start + static_cast<int64_t>(p.ids.size());
+      if (static_cast<int64_t>(p.pages.size()) * cap.page_tokens < ctx)
+        return Status::InvalidArgument(where + ": the block table holds " + std::to_string(p.pages.size()) +
+                                       " pages, " + std::to_string((ctx + cap.page_tokens - 1) / cap.page_tokens) +
+                                       " are needed");
+      for (PageId pg : p.pages)
+        if (pg < 0 || pg >= cap.num_pages)
+          return Status::InvalidArgument(where + ": page " + std::to_string(pg) + " is outside the page pool");
+    }
+    if (p.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sample.params));
+    total += static_cast<int64_t>(p.ids.size());
+  }
+  if (total > cap.max_step_tokens)
+    return Status::InvalidArgument(std::to_string(total) + " tokens in one step; at most " +
+                                   std::to_string(cap.max_step_tokens));
+  return Status::Ok();
+}
+
 int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset) {
   if (p.temperature <= 0.0f) return ops::Argmax(logits);
   ops::Sampler s(SplitMix64(p.seed ^ SplitMix64(offset)));

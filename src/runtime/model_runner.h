@@ -106,6 +106,13 @@ class ModelRunner {
   }
 };
 
+// The checks every runner makes before a step touches anything — one definition of a valid step:
+// 1..max_step_pieces pieces of >= 1 id, at most max_step_tokens ids in all; slots in
+// [0, num_slots), none twice; ids in [0, vocab) or a lone kPrevToken with start > 0; with a page
+// pool, pages in [0, num_pages) covering start + ids; valid sampling parameters.
+// InvalidArgument naming the piece otherwise.
+Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap, int64_t vocab);
+
 // One draw from `logits` under `p` keyed by (seed, offset) (the CPU definition: ops::Sampler over
 // the support of ops::SamplingSupport); greedy when temperature <= 0.
 int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset);

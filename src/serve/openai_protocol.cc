@@ -1,12 +1,13 @@
 // OpenAI wire format. Sections: errors; field readers; request parsers (common, chat,
 // completions); response builders.
-#include "core/json_depth.h"
 #include "serve/openai_protocol.h"
 
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
+
+#include "core/json_depth.h"
 
 namespace gyre::serve {
 

@@ -1,10 +1,11 @@
-#include "core/json_depth.h"
 #include "tokenizer/json_util.h"
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "core/json_depth.h"
 
 namespace gyre::tok {
 
