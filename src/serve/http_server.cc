@@ -17,10 +17,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <mutex>
 #include <thread>
+
+#include <sys/socket.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -292,6 +295,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Strand only.
   std::shared_ptr<Exchange> current_;
   bool watching_ = false;
+  uint64_t watch_gen_ = 0;  // StartWatch / StopWatch count: which watch a completion belongs to
   bool closed_ = false;
   int64_t served_ = 0;  // requests read on this connection
 };
@@ -459,23 +463,36 @@ void Connection::Shutdown() {
   stream_.socket().close(ec);
 }
 
+// Watches the socket while a response is pending, to abort the exchange when the client goes
+// away. Readiness alone is not EOF: the reactor can report a readiness edge that the request read
+// already consumed (the epoll event for the request's bytes arrives after a speculative read took
+// them). So the handler peeks: 0 bytes = EOF, data = the client pipelined its next request (alive),
+// nothing yet = spurious wake-up, watch again. `watch_gen_` ties a completion to its watch: a
+// completion of an earlier watch (already queued when StopWatch cancelled it) does nothing.
 void Connection::StartWatch(const std::shared_ptr<Exchange>& ex) {
   watching_ = true;
-  stream_.socket().async_wait(tcp::socket::wait_read,
-                              asio::bind_executor(strand_, [self = shared_from_this(), ex](beast::error_code ec) {
-                                if (ec == asio::error::operation_aborted || !self->watching_) return;
-                                if (!ec) {
-                                  beast::error_code ec2;
-                                  const size_t n = self->stream_.socket().available(ec2);
-                                  if (!ec2 && n > 0) return;  // pipelined data: the client is alive
-                                }
-                                ex->Abort();  // EOF or error: the client went away
-                              }));
+  const uint64_t gen = ++watch_gen_;
+  stream_.socket().async_wait(
+      tcp::socket::wait_read,
+      asio::bind_executor(strand_, [self = shared_from_this(), ex, gen](beast::error_code ec) {
+        if (ec == asio::error::operation_aborted || !self->watching_ || gen != self->watch_gen_) return;
+        if (!ec) {
+          char byte;
+          const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n > 0) return;  // pipelined data: the client is alive
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            self->StartWatch(ex);  // spurious readiness
+            return;
+          }
+        }
+        ex->Abort();  // EOF or error: the client went away
+      }));
 }
 
 void Connection::StopWatch() {
   if (!watching_) return;
   watching_ = false;
+  ++watch_gen_;
   beast::error_code ec;
   stream_.socket().cancel(ec);
 }

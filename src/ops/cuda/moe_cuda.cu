@@ -151,6 +151,9 @@ __global__ void MoeRouteKernel(const __grid_constant__ RouteParams p) {
       }
     }
     if (be >= E) be = 0;  // only with NaN logits
+    // Every lane has read choice[] for this round before lane 0 marks the winner: the shuffles
+    // converge the warp but order no shared-memory accesses (racecheck's WAR hazard).
+    __syncwarp();
     if (lane == 0) {
       sel[r] = be;
       choice[be] = NAN;
