@@ -38,6 +38,8 @@ if [[ "${1:-}" == "--pack" ]]; then
     esac
   done
   (cd "$PACK/lib" && tar -cJf ../libs.tar.xz ./*) && rm -rf "$PACK/lib"
+  # The binaries travel compressed too (the working tree and the pack share a 64 MiB budget).
+  (cd "$PACK" && tar -cf - "${bins[@]}" | xz -T2 -6 > bins.tar.xz && rm -f "${bins[@]}")
   commit=$(git -C "$ROOT" rev-parse --short=12 HEAD)
   git -C "$ROOT" diff --quiet HEAD -- src CMakeLists.txt 2>/dev/null || commit="$commit+dirty"
   echo "$commit" > "$PACK/COMMIT"
@@ -55,7 +57,7 @@ echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,engine,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,engine,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -65,6 +67,7 @@ if ! ldconfig -p | grep -q 'libcublasLt.so.13'; then
 fi
 
 GYRE="" BENCH=""
+[[ -f "$PACK/bins.tar.xz" ]] && tar -xJf "$PACK/bins.tar.xz" -C "$PACK"
 if [[ -f "$PACK/libs.tar.xz" ]]; then
   mkdir -p /tmp/gyre_pack_lib && tar -xJf "$PACK/libs.tar.xz" -C /tmp/gyre_pack_lib
   export LD_LIBRARY_PATH=/tmp/gyre_pack_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -116,7 +119,7 @@ fi
 # ---- 2b. the GPU model vs the transformers goldens and the CPU engine, every fixture ----
 if [[ -n "$GYRE" ]] && has_step model; then
   echo "== gyre verify model --backend cuda"
-  for fx in glm5_tiny glm5_flat kimi_tiny; do
+  for fx in glm5_tiny glm5_flat kimi_tiny glm5_mini; do
     timeout 120 "$GYRE" verify model --backend cuda --model "tests/fixtures/$fx" --json > "/tmp/gyre_parity_$fx.json" \
       || status=1
   done
@@ -136,6 +139,17 @@ for r in reps:
           f'cpu {r["cpu_logits"]["rel_l2"]:.2e}, greedy golden {r["greedy"]["match_golden"]} cpu {r["greedy"]["match_cpu"]}, '
           f'ragged {r["ragged_batch"]["worst_rel_l2"]:.2e}')
 EOF2
+fi
+
+# ---- 2c. the trained model's held-out perplexity on both engines (gyre eval) ----
+if [[ -n "$GYRE" ]] && has_step eval; then
+  echo "== gyre eval (tests/fixtures/glm5_mini, held-out text) on cuda and cpu"
+  for be in cuda cpu; do
+    timeout 300 "$GYRE" eval --backend $be --model tests/fixtures/glm5_mini \
+      --text tests/fixtures/glm5_mini/heldout_eval.txt --ctx 1024 --json > "$OUT/gpu_eval_$be.json" || status=1
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f'   {sys.argv[2]}: mean NLL {r[\"mean_nll\"]:.6f} ppl {r[\"perplexity\"]:.3f} over {r[\"tokens_scored\"]} tokens, {r[\"tokens_per_s\"]:.0f} tok/s')" \
+      "$OUT/gpu_eval_$be.json" $be || status=1
+  done
 fi
 
 # ---- 3. self-check, ceilings and microbenchmarks ----

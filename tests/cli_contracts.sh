@@ -78,6 +78,63 @@ python3 -c 'import json,sys; t=json.loads(sys.argv[1])["text"]; assert t==open(s
 "$GYRE" inspect --model "$FX/kimi_tiny" --json | python3 -c 'import json,sys; o=json.load(sys.stdin); assert o["layers_by_kind"]["mla"]==1 and o["params_active_per_token"]<o["params_total"]' \
   && pass "inspect --json" || fail "inspect --json"
 
+# eval: perplexity over ctx windows; the --json figures agree with each other
+printf 'The quick brown fox jumps over the lazy dog. Hello world! A small text for gyre eval.\n' >"$TMP/eval.txt"
+out=$("$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/eval.txt" --ctx 8 --json) || fail "eval exit"
+python3 - "$out" <<'PY' && pass "eval --json figures" || fail "eval --json: $out"
+import json, math, sys
+o = json.loads(sys.argv[1])
+assert o["backend"] == "cpu" and o["ctx"] == 8 and o["mtp"] is None, o
+n = o["tokens_in_file"]
+assert n >= 10 and o["tokens_evaluated"] == n and o["tokens_scored"] == n - 1, o
+assert o["windows"] == math.ceil((n - 1) / 8), o
+assert abs(o["mean_nll"] - o["nll_total"] / o["tokens_scored"]) < 1e-9
+assert abs(o["perplexity"] - math.exp(o["mean_nll"])) < 1e-6 * o["perplexity"]
+assert abs(o["bits_per_byte"] - o["nll_total"] / math.log(2) / o["bytes"]) < 1e-9
+assert o["bytes"] == 86 and o["wall_s"] > 0 and o["tokens_per_s"] > 0
+PY
+"$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/eval.txt" | grep -q "perplexity" && pass "eval text output" \
+  || fail "eval text output"
+# eval with an MTP layer: glm5_tiny plus random MTP tensors (layers.8.*, bf16); SKIP names one to leave out.
+cat >"$TMP/add_mtp.py" <<'PY'
+import json, random, struct, sys
+d, skip = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
+cfg = json.load(open(d + "/config.json")); tc = cfg["text_config"]; tc["num_nextn_predict_layers"] = 1
+json.dump(cfg, open(d + "/config.json", "w"), indent=2)
+p = d + "/model.safetensors"; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); data = bytearray(b[8 + n:])
+D, V, H, I = tc["hidden_size"], tc["vocab_size"], tc["num_attention_heads"], tc["intermediate_size"]
+ql, kl, nope, v = tc["q_lora_rank"], tc["kv_lora_rank"], tc["qk_nope_head_dim"], tc["v_head_dim"]
+shapes = {"enorm.weight": [D], "hnorm.weight": [D], "eh_proj.weight": [D, 2 * D], "input_layernorm.weight": [D],
+          "post_attention_layernorm.weight": [D], "self_attn.q_a_proj.weight": [ql, D],
+          "self_attn.q_a_layernorm.weight": [ql], "self_attn.q_b_proj.weight": [H * nope, ql],
+          "self_attn.kv_a_proj_with_mqa.weight": [kl, D], "self_attn.kv_a_layernorm.weight": [kl],
+          "self_attn.kv_b_proj.weight": [H * (nope + v), kl], "self_attn.o_proj.weight": [D, H * v],
+          "mlp.gate_proj.weight": [I, D], "mlp.up_proj.weight": [I, D], "mlp.down_proj.weight": [D, I],
+          "shared_head.norm.weight": [D], "shared_head.head.weight": [V, D]}
+rng = random.Random(1)
+for name, shape in shapes.items():
+    if name == skip:
+        continue
+    cnt = shape[0] * (shape[1] if len(shape) > 1 else 1)
+    vals = [1 + 0.1 * rng.gauss(0, 1) if len(shape) == 1 else rng.gauss(0, 1) / shape[1] ** 0.5 for _ in range(cnt)]
+    raw = b"".join(struct.pack("<f", x)[2:] for x in vals)
+    h["model.language_model.layers.%d.%s" % (tc["num_hidden_layers"], name)] = {
+        "dtype": "BF16", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+    data += raw
+hs = json.dumps(h).encode(); hs += b" " * ((8 - len(hs) % 8) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hs)) + hs + bytes(data))
+PY
+cp -r "$FX/glm5_tiny" "$TMP/mtp" && python3 "$TMP/add_mtp.py" "$TMP/mtp"
+out=$("$GYRE" eval --model "$TMP/mtp" --text "$TMP/eval.txt" --ctx 16 --json) || fail "eval with MTP exit"
+python3 - "$out" <<'PY' && pass "eval --json with an MTP layer" || fail "eval with MTP: $out"
+import json, sys
+o = json.loads(sys.argv[1]); m = o["mtp"]
+assert m["evaluated"] is True and m["positions"] == o["tokens_scored"] - o["windows"], o
+assert 0 <= m["acceptance"] <= 1 and m["accepted"] <= m["positions"] and m["mean_nll"] > 0, o
+PY
+"$GYRE" inspect --model "$TMP/mtp" | grep -q "MTP layer" && pass "inspect shows the MTP layer" || fail "inspect MTP"
+
 # ---- bad input: clear error, non-zero exit ----
 expect_fail "missing model folder" 1 "config.json" -- "$GYRE" generate --model "$TMP/nope" --ids 1
 cp -r "$FX/kimi_tiny" "$TMP/trunc"
@@ -118,11 +175,24 @@ expect_fail "decode bad json" 1 "not valid JSON" -- sh -c "echo '{oops' | '$GYRE
 expect_fail "decode id out of range" 1 "" -- sh -c "echo '{\"ids\": [99999]}' | '$GYRE' tokenize --tokenizer '$FX/tokenizer' --decode"
 expect_fail "missing tokenizer" 1 "" -- sh -c "echo hi | '$GYRE' tokenize --tokenizer '$TMP/none.json'"
 expect_fail "unknown backend" 2 "" -- "$GYRE" generate --model "$FX/glm5_tiny" --ids 1 --backend tpu
+cp -r "$FX/glm5_tiny" "$TMP/mtp_partial" && python3 "$TMP/add_mtp.py" "$TMP/mtp_partial" shared_head.head.weight
+expect_fail "MTP layer with a missing tensor" 1 "missing tensor 'model.language_model.layers.8.shared_head.head.weight'" \
+  -- "$GYRE" eval --model "$TMP/mtp_partial" --text "$TMP/eval.txt"
+expect_fail "eval missing text file" 1 "cannot open --text" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/none.txt"
+: >"$TMP/empty.txt"
+expect_fail "eval empty text" 1 "is empty" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/empty.txt"
+expect_fail "eval ctx 0" 1 "ctx must be >= 1" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/eval.txt" --ctx 0
+printf 'a' >"$TMP/one.txt"
+expect_fail "eval one-token text" 1 "at least 2" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/one.txt"
+expect_fail "eval without a tokenizer" 1 "tokenizer.json" -- "$GYRE" eval --model "$FX/kimi_tiny" --text "$TMP/eval.txt"
+expect_fail "eval without --text" 2 "" -- "$GYRE" eval --model "$FX/glm5_tiny"
+expect_fail "eval unknown backend" 2 "" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/eval.txt" --backend tpu
 # Without a GPU (CI), the CUDA paths fail cleanly: "built without CUDA" in the CPU build, a named CUDA
 # error (no device) in a CUDA build.
 if ! command -v nvidia-smi > /dev/null 2>&1; then
   expect_fail "generate --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" generate --model "$FX/glm5_tiny" --ids 1 --backend cuda
   expect_fail "verify model without a GPU" 1 "CUDA" -- "$GYRE" verify model --model "$FX/glm5_tiny"
+  expect_fail "eval --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/eval.txt" --backend cuda
   expect_fail "bench model --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" bench model --backend cuda --config "$SRC/bench/configs/glm5_next_4layer.json"
 fi
 

@@ -8,6 +8,8 @@
 //   gyre tokenize --tokenizer PATH [--decode]
 //       stdin UTF-8 → {"ids": [...]}; with --decode stdin {"ids": [...]} → {"text": "..."}.
 //   gyre inspect --model DIR [--json]
+//   gyre eval --model DIR --text FILE [--ctx N] [--backend cpu|cuda] [--max-tokens N] [--json]
+//       perplexity / bits per byte over ctx windows (+ MTP acceptance); see cli/eval_command.h.
 // Exit codes: 0 success, 1 failure (bad input data, missing files, ...), 2 usage error.
 #include "cli/commands.h"
 
@@ -20,6 +22,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "cli/eval_command.h"
 #include "cli/feedback_commands.h"
 #include "cli/serve_command.h"
 #include "core/json_depth.h"
@@ -257,6 +260,7 @@ int RunInspect(const std::string& dir, bool as_json) {
               {"tensors_ignored", weights->num_tensors_ignored},
               {"attn_cache_bytes_per_token", s.attn_cache_bytes_per_token},
               {"kda_state_bytes_per_sequence", s.kda_state_bytes_per_sequence},
+              {"mtp_layers", weights->has_mtp ? 1 : 0},
               {"layers", layers}};
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
@@ -272,6 +276,10 @@ int RunInspect(const std::string& dir, bool as_json) {
               s.num_dsa ? " + indexer keys" : "");
   std::printf("KDA state         %lld bytes per sequence (conv tail bf16 + fp32 recurrent state)\n",
               (long long)s.kda_state_bytes_per_sequence);
+  if (weights->has_mtp) {
+    std::printf("MTP layer         layers.%lld (MLA + dense SwiGLU + shared_head; docs/engine.md \"MTP layer\")\n",
+                (long long)c.num_hidden_layers);
+  }
   std::printf("layers           ");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     std::printf(" %s%s", AttnKindName(c.layer_types[i]), c.mlp_layer_types[i] == MlpKind::kDense ? "" : "+moe");
@@ -326,9 +334,10 @@ int Main(int argc, char** argv) {
   insp->add_option("--model", i_model)->required();
   insp->add_flag("--json", i_json);
 
-  std::function<int()> feedback_runner, serve_runner;
+  std::function<int()> feedback_runner, serve_runner, eval_runner;
   AddFeedbackCommands(app, &feedback_runner);
   AddServeCommand(app, &serve_runner);
+  AddEvalCommand(app, &eval_runner);
 
   try {
     app.parse(argc, argv);
@@ -348,6 +357,7 @@ int Main(int argc, char** argv) {
   if (*insp) return RunInspect(i_model, i_json);
   if (feedback_runner) return feedback_runner();
   if (serve_runner) return serve_runner();
+  if (eval_runner) return eval_runner();
   return 2;
 }
 

@@ -31,7 +31,7 @@ namespace {
 constexpr const char* kBundledTemplate = "src/serve/testdata/chat_templates/glm5.jinja";
 
 struct ServeArgs {
-  std::string model = "tests/fixtures/glm5_tiny";
+  std::string model = "tests/fixtures/glm5_mini";
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_model_name;
@@ -83,6 +83,10 @@ std::pair<std::string, std::string> FindChatTemplate(const ServeArgs& a, const T
     if (!t.ok()) *error = t.error().WithContext("--chat-template");
     return {t.ok() ? *t : "", a.chat_template};
   }
+  // As transformers: a chat_template.jinja file beside the checkpoint wins over the
+  // tokenizer_config.json field.
+  const std::string file = a.model + "/chat_template.jinja";
+  if (auto t = ReadFile(file); t.ok()) return {*t, file};
   if (!tc.chat_template.empty()) return {tc.chat_template, a.model + "/tokenizer_config.json"};
   std::vector<std::string> candidates = {kBundledTemplate};
 #ifdef GYRE_SOURCE_DIR
@@ -284,7 +288,7 @@ std::optional<int64_t> ParseByteSize(const std::string& text) {
 void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   auto args = std::make_shared<ServeArgs>();
   auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-  s->add_option("--model", args->model, "model folder (default tests/fixtures/glm5_tiny)");
+  s->add_option("--model", args->model, "model folder (default tests/fixtures/glm5_mini, the bundled trained model)");
   s->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
   s->add_option("--port", args->port, "port (default 8000; 0 picks a free one)")->check(CLI::Range(0, 65535));
   s->add_option("--served-model-name", args->served_model_name, "model name in the API (default: the folder name)");

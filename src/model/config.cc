@@ -159,6 +159,7 @@ Status ParseCommon(const Fields& f, ModelConfig* c) {
   GYRE_RETURN_IF_ERROR(f.Int({"topk_group"}, &c->topk_group));
   GYRE_RETURN_IF_ERROR(f.Bool({"norm_topk_prob", "moe_renormalize"}, &c->norm_topk_prob));
   GYRE_RETURN_IF_ERROR(f.Bool({"tie_word_embeddings"}, &c->tie_word_embeddings));
+  GYRE_RETURN_IF_ERROR(f.Int({"num_nextn_predict_layers"}, &c->num_nextn_predict_layers));
   GYRE_RETURN_IF_ERROR(ParseTokenIds(f.Get({"eos_token_id"}), "eos_token_id", &c->eos_token_ids));
   int64_t v = -1;
   GYRE_RETURN_IF_ERROR(f.Int({"bos_token_id"}, &v));
@@ -445,6 +446,15 @@ Status Validate(const ModelConfig& c) {
     GYRE_RETURN_IF_ERROR(positive(c.linear_head_dim, "linear_head_dim"));
     GYRE_RETURN_IF_ERROR(positive(c.linear_conv_kernel_dim, "linear_conv_kernel_dim"));
   }
+  if (c.num_nextn_predict_layers < 0 || c.num_nextn_predict_layers > 1) {
+    return Status::InvalidArgument("num_nextn_predict_layers = " + std::to_string(c.num_nextn_predict_layers) +
+                                   " is not supported (gyre runs 0 or 1 MTP layer)");
+  }
+  if (c.num_nextn_predict_layers == 1) {  // the MTP layer: MLA attention + dense SwiGLU
+    GYRE_RETURN_IF_ERROR(positive(c.num_attention_heads, "num_attention_heads (MTP layer)"));
+    GYRE_RETURN_IF_ERROR(positive(c.kv_lora_rank, "kv_lora_rank (MTP layer)"));
+    GYRE_RETURN_IF_ERROR(positive(c.intermediate_size, "intermediate_size (MTP layer)"));
+  }
   bool any_moe = false;
   for (auto m : c.mlp_layer_types) any_moe |= (m == MlpKind::kMoe);
   if (any_moe) {
@@ -484,8 +494,8 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text) {
       if (tc != j.end() && !tc->is_null()) {
         if (!tc->is_object()) return Status::InvalidArgument("text_config must be an object");
         json merged = *tc;
-        // Token ids may live at the top level of the composite config.
-        for (const char* k : {"eos_token_id", "bos_token_id", "pad_token_id"}) {
+        // Token ids (and the MTP layer count) may live at the top level of the composite config.
+        for (const char* k : {"eos_token_id", "bos_token_id", "pad_token_id", "num_nextn_predict_layers"}) {
           if (!merged.contains(k) && j.contains(k)) merged[k] = j[k];
         }
         GYRE_RETURN_IF_ERROR(ParseGlm5Text(merged, &c));

@@ -74,6 +74,10 @@ struct ModelConfig {
   float hc_eps = 1e-6f;
   int64_t hc_sinkhorn_iters = 20;
 
+  // Multi-token prediction (docs/engine.md "MTP layer"): 0 or 1 MTP layer, stored as layer
+  // index num_hidden_layers under the main layers' prefix.
+  int64_t num_nextn_predict_layers = 0;
+
   std::vector<AttnKind> layer_types;
   std::vector<MlpKind> mlp_layer_types;
   std::vector<IndexerKind> indexer_types;
@@ -87,7 +91,8 @@ struct ModelConfig {
 // Parses config.json text. Errors: InvalidArgument for malformed JSON, an unsupported model_type
 // (message lists the supported ones), wrong field types, or a config transformers would reject
 // (num_attention_heads != num_key_value_heads, index_topk % index_kpool != 0, rope dim > 0 for
-// glm5, list lengths != num_hidden_layers, unknown layer type names).
+// glm5, list lengths != num_hidden_layers, unknown layer type names, num_nextn_predict_layers
+// other than 0 or 1).
 Result<ModelConfig> ParseModelConfig(const std::string& json_text);
 // Reads `dir`/config.json (NotFound if absent) and parses it; merges eos ids from
 // `dir`/generation_config.json when present.

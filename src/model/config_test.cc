@@ -149,6 +149,11 @@ TEST(ModelConfig, Errors) {
       {R"({"model_type": "kimi_linear", "num_hidden_layers": 2, "linear_attn_config": {"kda_layers": [0], "full_attn_layers": [2]}})",
        "1-based"},
       {R"({"model_type": "glm5_next", "hidden_act": "gelu"})", "hidden_act"},
+      {R"({"model_type": "glm5_next", "num_nextn_predict_layers": 2})",
+       "num_nextn_predict_layers = 2 is not supported"},
+      {R"({"model_type": "kimi_linear", "num_nextn_predict_layers": -1})", "num_nextn_predict_layers = -1"},
+      {R"({"model_type": "glm5_next", "num_nextn_predict_layers": 1, "intermediate_size": 0})",
+       "intermediate_size (MTP layer)"},
   };
   for (const auto& cs : cases) {
     auto c = ParseModelConfig(cs.json);
@@ -157,6 +162,28 @@ TEST(ModelConfig, Errors) {
     EXPECT_NE(c.status().message().find(cs.want), std::string::npos) << cs.json << " -> " << c.status().message();
   }
   EXPECT_EQ(LoadModelConfig("/nonexistent").status().code(), StatusCode::kNotFound);
+}
+
+// num_nextn_predict_layers: default 0, read from text_config, the flat layout, or the top level of
+// the composite config (like the token ids).
+TEST(ModelConfig, NumNextnPredictLayers) {
+  struct Case {
+    const char* json;
+    int64_t want;
+  } cases[] = {
+      {R"({"model_type": "glm5_next"})", 0},
+      {R"({"model_type": "glm5_next", "num_nextn_predict_layers": 1})", 1},
+      {R"({"model_type": "glm5_next", "text_config": {"num_nextn_predict_layers": 1}})", 1},
+      {R"({"model_type": "glm5_next", "num_nextn_predict_layers": 1, "text_config": {}})", 1},
+      {R"({"model_type": "glm5_next", "num_nextn_predict_layers": 1,
+           "text_config": {"num_nextn_predict_layers": 0}})", 0},
+      {R"({"model_type": "kimi_linear", "num_nextn_predict_layers": 1})", 1},
+  };
+  for (const auto& cs : cases) {
+    auto c = ParseModelConfig(cs.json);
+    ASSERT_TRUE(c.ok()) << cs.json << ": " << c.status().ToString();
+    EXPECT_EQ(c->num_nextn_predict_layers, cs.want) << cs.json;
+  }
 }
 
 // Regression: sizes from the file are bounded before anything is allocated (num_hidden_layers 1e9

@@ -146,7 +146,19 @@ Status BindMoe(Binder& b, const std::string& p, const ModelConfig& c, MoeWeights
   return Status();
 }
 
-
+// The MTP layer's tensors (DeepSeek-V3 / GLM-4.5 layout). Its FFN is always `mlp.` gate/up/down.
+Status BindMtp(Binder& b, const std::string& p, const ModelConfig& c, MtpWeights* w) {
+  const int64_t D = c.hidden_size;
+  GYRE_RETURN_IF_ERROR(b.Vec(p + "enorm.weight", D, &w->enorm));
+  GYRE_RETURN_IF_ERROR(b.Vec(p + "hnorm.weight", D, &w->hnorm));
+  GYRE_RETURN_IF_ERROR(b.Mat(p + "eh_proj.weight", D, 2 * D, &w->eh_proj));
+  GYRE_RETURN_IF_ERROR(b.Vec(p + "input_layernorm.weight", D, &w->input_norm));
+  GYRE_RETURN_IF_ERROR(b.Vec(p + "post_attention_layernorm.weight", D, &w->post_norm));
+  GYRE_RETURN_IF_ERROR(BindMla(b, p + "self_attn.", c, /*indexer=*/false, &w->mla));
+  GYRE_RETURN_IF_ERROR(BindMlp(b, p + "mlp.", D, c.intermediate_size, &w->mlp));
+  GYRE_RETURN_IF_ERROR(b.Vec(p + "shared_head.norm.weight", D, &w->head_norm));
+  return b.Mat(p + "shared_head.head.weight", c.vocab_size, D, &w->head);
+}
 
 // ---- sources ---------------------------------------------------------------------------------
 
@@ -217,6 +229,12 @@ Result<ModelWeights> BindWeightsFrom(const ModelConfig& c, TensorSource& src, co
                                    : BindMoe(b, p + FfnPrefix(c), c, &L.moe);
     }
     if (!s.ok()) return s.WithContext("layer " + std::to_string(i) + " (" + AttnKindName(L.attn) + ")");
+  }
+  if (c.num_nextn_predict_layers == 1) {
+    const std::string n = std::to_string(c.num_hidden_layers);
+    Status s = BindMtp(b, "layers." + n + ".", c, &mw.mtp);
+    if (!s.ok()) return s.WithContext("MTP layer " + n + " (num_nextn_predict_layers = 1)");
+    mw.has_mtp = true;
   }
   mw.num_params = b.num_params();
   mw.num_tensors_used = b.num_used();

@@ -1,9 +1,11 @@
 // ModelWeights: every text-model tensor of a glm5_next / kimi_linear checkpoint, bound by its
 // on-disk name (the names `save_pretrained` writes), shape-checked, and converted to fp32 for the
-// CPU backend. Vision-tower and MTP tensors are ignored.
+// CPU backend. Vision-tower tensors are ignored; the MTP layer (layers.{num_hidden_layers}.*,
+// docs/engine.md "MTP layer") is bound iff num_nextn_predict_layers is 1 and ignored when it is 0.
 //
 // Errors from BindWeights name the tensor: NotFound "missing tensor 'X'", InvalidArgument
-// "tensor 'X': expected shape [a, b], found [c, d]" or an unsupported dtype.
+// "tensor 'X': expected shape [a, b], found [c, d]" or an unsupported dtype. With
+// num_nextn_predict_layers = 1 every MTP tensor must be present (the first missing one is named).
 #pragma once
 
 #include <cstdint>
@@ -78,11 +80,25 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
+// The multi-token-prediction layer: no hyper-connections, no indexer; its embedding is the main
+// model's embed_tokens.
+struct MtpWeights {
+  std::vector<float> enorm, hnorm;           // [D]: RMSNorm of the next token's embedding / the hidden state
+  Matrix eh_proj;                            // [D, 2D]: input columns [embedding part | hidden part]
+  std::vector<float> input_norm, post_norm;  // [D]
+  MlaWeights mla;                            // the model's MLA projections (has_indexer false)
+  MlpWeights mlp;                            // dense SwiGLU, [intermediate_size, D]
+  std::vector<float> head_norm;              // shared_head.norm [D]
+  Matrix head;                               // shared_head.head [V, D]
+};
+
 struct ModelWeights {
   Matrix embed;  // [V, D]
   std::vector<float> final_norm;
   Matrix lm_head;  // [V, D]
   std::vector<LayerWeights> layers;
+  bool has_mtp = false;  // num_nextn_predict_layers == 1
+  MtpWeights mtp;
   std::string prefix;  // detected name prefix, e.g. "model.language_model."
   int64_t num_params = 0;
   int64_t num_tensors_used = 0, num_tensors_ignored = 0;

@@ -58,7 +58,7 @@ TEST_P(GoldenParity, GreedyContinuationMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenParity, ::testing::Values("glm5_tiny", "glm5_flat", "kimi_tiny"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenParity, ::testing::Values("glm5_tiny", "glm5_flat", "kimi_tiny", "glm5_mini"));
 
 TEST(GoldenParity, FirstDivergenceIsNamed) {
   // A corrupted model (one layer's o_proj scaled) must be reported at that layer's self_attn.

@@ -1,5 +1,5 @@
 // Model forward. Sections: load; step scratch; Forward (layer loop, hyper-connections, head);
-// KDA layer; attention layer (MLA / DSA); MLP / MoE layer; summary.
+// KDA layer; attention layer (MLA / DSA); MLP / MoE layer; MTP layer; summary.
 #include "runtime/model.h"
 
 #include <algorithm>
@@ -156,16 +156,24 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
     rows.clear();
     for (int64_t i = 0; i < N; ++i) rows.push_back(i);
   }
-  const int64_t R = static_cast<int64_t>(rows.size());
-  std::vector<float> hm(R * D), hn(R * D);
-  for (int64_t r = 0; r < R; ++r) {
-    const float* xs = &X[rows[r] * n_streams * D];
+  // The pre-norm hidden state of token i: the mean of its streams (one stream without mHC).
+  auto stream_mean = [&](int64_t i, float* dst) {
+    const float* xs = &X[i * n_streams * D];
     for (int64_t d = 0; d < D; ++d) {
       float acc = 0;
       for (int64_t s = 0; s < n_streams; ++s) acc += xs[s * D + d];
-      hm[r * D + d] = num_.Round(acc / static_cast<float>(n_streams));
+      dst[d] = num_.Round(acc / static_cast<float>(n_streams));
     }
+  };
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (!batch[b].hidden) continue;
+    const int64_t t0 = st.offsets[b], T = st.offsets[b + 1] - t0;
+    batch[b].hidden->resize(T * D);
+    for (int64_t i = 0; i < T; ++i) stream_mean(t0 + i, batch[b].hidden->data() + i * D);
   }
+  const int64_t R = static_cast<int64_t>(rows.size());
+  std::vector<float> hm(R * D), hn(R * D);
+  for (int64_t r = 0; r < R; ++r) stream_mean(rows[r], &hm[r * D]);
   ops::RmsNorm(hm.data(), R, D, weights_.final_norm, c.rms_norm_eps, hn.data(), num_);
   st.Capture("norm", hn, {R, D});
   std::vector<float> all(R * V);
@@ -250,6 +258,36 @@ void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const 
 
 // ---- attention layer (MLA / DSA) ----------------------------------------------------------------
 
+namespace {
+// One MLA layer's projections of n tokens (shared by the main MLA/DSA layers and the MTP layer).
+struct MlaProjection {
+  std::vector<float> q;        // [n, H, nope + rope]
+  std::vector<float> q_resid;  // [n, q_lora]: normalised q_a output (q LoRA path only; the indexer's input)
+  std::vector<float> ckv;      // [n, kv_lora + rope]: kv_a output, [c before its norm | k_rot]
+  std::vector<float> latent;   // [n, kv_lora]: kv_a_layernorm(c), the cached latent
+};
+void ProjectMla(const MlaWeights& w, const ModelConfig& c, const float* x, int64_t n, const Numerics& num,
+                MlaProjection* p) {
+  const int64_t H = c.num_attention_heads, qk = c.qk_head_dim(), R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+  p->q.resize(n * H * qk);
+  p->ckv.resize(n * (R + rope));
+  p->latent.resize(n * R);
+  if (c.q_lora_rank > 0) {
+    std::vector<float> qa(n * c.q_lora_rank);
+    p->q_resid.resize(n * c.q_lora_rank);
+    ops::Linear(x, n, w.q_a, qa.data(), num);
+    ops::RmsNorm(qa.data(), n, c.q_lora_rank, w.q_a_norm, c.qa_norm_eps, p->q_resid.data(), num);
+    ops::Linear(p->q_resid.data(), n, w.q_b, p->q.data(), num);
+  } else {
+    ops::Linear(x, n, w.q_proj, p->q.data(), num);
+  }
+  ops::Linear(x, n, w.kv_a, p->ckv.data(), num);
+  // ckv rows are [c (R) | k_rot (rope)]; normalise the c part of each row.
+  for (int64_t i = 0; i < n; ++i)
+    ops::RmsNorm(&p->ckv[i * (R + rope)], 1, R, w.kv_a_norm, c.kva_norm_eps, &p->latent[i * R], num);
+}
+}  // namespace
+
 void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const {
   const ModelConfig& c = config_;
   const LayerWeights& L = weights_.layers[layer];
@@ -259,24 +297,12 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
   const bool dsa = L.attn == AttnKind::kDsa;
   const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
   // Projections for the whole batch: q (LoRA or direct), latent c (+ k_rot), indexer inputs.
-  std::vector<float> q(N * H * qk), q_resid, ckv(N * (R + rope)), latent(N * R);
-  std::vector<float> qi, ki, gamma, wts;
+  MlaProjection proj;
   {
     GYRE_SPAN("mla.proj", "op", trace::Attrs{.layer = layer, .tokens = N});
-    if (c.q_lora_rank > 0) {
-      std::vector<float> qa(N * c.q_lora_rank);
-      q_resid.resize(N * c.q_lora_rank);
-      ops::Linear(x, N, w.q_a, qa.data(), num_);
-      ops::RmsNorm(qa.data(), N, c.q_lora_rank, w.q_a_norm, c.qa_norm_eps, q_resid.data(), num_);
-      ops::Linear(q_resid.data(), N, w.q_b, q.data(), num_);
-    } else {
-      ops::Linear(x, N, w.q_proj, q.data(), num_);
-    }
-    ops::Linear(x, N, w.kv_a, ckv.data(), num_);
-    // ckv rows are [c (R) | k_rot (rope)]; normalise the c part of each row.
-    for (int64_t i = 0; i < N; ++i)
-      ops::RmsNorm(&ckv[i * (R + rope)], 1, R, w.kv_a_norm, c.kva_norm_eps, &latent[i * R], num_);
+    ProjectMla(w, c, x, N, num_, &proj);
   }
+  std::vector<float> qi, ki, gamma, wts;
   if (dsa && w.has_indexer) {
     GYRE_SPAN("dsa.indexer.proj", "op", trace::Attrs{.layer = layer, .tokens = N});
     const IndexerWeights& iw = w.indexer;
@@ -285,7 +311,7 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
     ki.resize(N * di);
     gamma.resize(N * di);
     wts.resize(N * Hi);
-    ops::Linear(q_resid.data(), N, iw.wq_b, qi.data(), num_);
+    ops::Linear(proj.q_resid.data(), N, iw.wq_b, qi.data(), num_);
     ops::Linear(x, N, iw.wk, ki_raw.data(), num_);
     ops::LayerNorm(ki_raw.data(), N, di, iw.k_norm_w, iw.k_norm_b, 1e-6f, ki.data(), num_);
     ops::Linear(x, N, iw.compress_gate, gamma.data(), num_);
@@ -303,8 +329,10 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
     // Write this step's rows into the sequence's pages.
     for (int64_t i = 0; i < T; ++i) {
       float* row = s.AttnRow(pos0 + i);
-      std::memcpy(row + lay.latent[layer], &latent[(t0 + i) * R], R * sizeof(float));
-      if (rope > 0) std::memcpy(row + lay.krot[layer], &ckv[(t0 + i) * (R + rope) + R], rope * sizeof(float));
+      std::memcpy(row + lay.latent[layer], &proj.latent[(t0 + i) * R], R * sizeof(float));
+      if (rope > 0) {
+        std::memcpy(row + lay.krot[layer], &proj.ckv[(t0 + i) * (R + rope) + R], rope * sizeof(float));
+      }
       if (dsa && w.has_indexer) {
         std::memcpy(row + lay.idx_k[layer], &ki[(t0 + i) * di], di * sizeof(float));
         std::memcpy(row + lay.idx_gamma[layer], &gamma[(t0 + i) * di], di * sizeof(float));
@@ -339,8 +367,9 @@ void Model::AttnLayer(Step& st, int64_t layer, const float* x, float* out) const
       sel = st.last_selection[b];
     }
     GYRE_SPAN("mla.attn", "op", trace::Attrs{.layer = layer, .tokens = T, .detail = "ctx=" + std::to_string(pos0 + T)});
-    ops::MlaAttention(&q[t0 * H * qk], T, pos0, s.View(lay.latent[layer]), s.View(std::max<int64_t>(lay.krot[layer], 0)),
-                      w.kv_b, ms, sel, &attn[t0 * H * c.v_head_dim], num_);
+    ops::MlaAttention(&proj.q[t0 * H * qk], T, pos0, s.View(lay.latent[layer]),
+                      s.View(std::max<int64_t>(lay.krot[layer], 0)), w.kv_b, ms, sel, &attn[t0 * H * c.v_head_dim],
+                      num_);
   }
   GYRE_SPAN("mla.out", "op", trace::Attrs{.layer = layer, .tokens = N});
   ops::Linear(attn.data(), N, w.o, out, num_);
@@ -408,6 +437,62 @@ void Model::MlpLayer(Step& st, int64_t layer, const float* x, float* out) const 
   } else {
     for (int64_t i = 0; i < N * D; ++i) out[i] = num_.Round(acc[i]);
   }
+}
+
+// ---- MTP layer -----------------------------------------------------------------------------------
+
+Status Model::MtpForward(std::span<const int32_t> ids, std::span<const float> hidden,
+                         std::vector<float>* logits) const {
+  const ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, V = c.vocab_size, T = static_cast<int64_t>(ids.size());
+  if (!weights_.has_mtp) return Status::InvalidArgument("the model has no MTP layer (num_nextn_predict_layers = 0)");
+  if (T == 0) return Status::InvalidArgument("the MTP layer needs at least one token");
+  if (static_cast<int64_t>(hidden.size()) != T * D) {
+    return Status::InvalidArgument("hidden holds " + std::to_string(hidden.size()) + " values, expected [" +
+                                   std::to_string(T) + ", " + std::to_string(D) + "]");
+  }
+  for (int32_t id : ids) {
+    if (id < 0 || id >= V) {
+      return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                     std::to_string(V) + ")");
+    }
+  }
+  const MtpWeights& w = weights_.mtp;
+  const int64_t n = T - 1;  // MTP positions: row t pairs ids[t + 1] with hidden[t]
+  const float eps = c.rms_norm_eps;
+  logits->resize(n * V);
+  if (n == 0) return Status();
+  GYRE_SPAN("mtp", "layer", trace::Attrs{.layer = c.num_hidden_layers, .tokens = n});
+  // Input: x = eh_proj([enorm(embed(ids[t + 1])) | hnorm(hidden[t])]).
+  std::vector<float> e(n * D), en(n * D), hn(n * D), cat(n * 2 * D), x(n * D);
+  ops::Embedding(ids.subspan(1), weights_.embed, e.data());
+  ops::RmsNorm(e.data(), n, D, w.enorm, eps, en.data(), num_);
+  ops::RmsNorm(hidden.data(), n, D, w.hnorm, eps, hn.data(), num_);
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(&cat[i * 2 * D], &en[i * D], D * sizeof(float));
+    std::memcpy(&cat[i * 2 * D + D], &hn[i * D], D * sizeof(float));
+  }
+  ops::Linear(cat.data(), n, w.eh_proj, x.data(), num_);
+  // Attention block: dense causal MLA over the MTP positions (no indexer, no cache).
+  const int64_t H = c.num_attention_heads, R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+  std::vector<float> h(n * D), a(n * D), attn(n * H * c.v_head_dim);
+  ops::RmsNorm(x.data(), n, D, w.input_norm, eps, h.data(), num_);
+  MlaProjection p;
+  ProjectMla(w.mla, c, h.data(), n, num_, &p);
+  const ops::MlaShape ms{H, c.qk_nope_head_dim, rope, c.v_head_dim, R,
+                         1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()))};
+  const ops::RowView latent{p.latent.data(), nullptr, 1, R, 0}, krot{p.ckv.data(), nullptr, 1, R + rope, R};
+  ops::MlaAttention(p.q.data(), n, 0, latent, krot, w.mla.kv_b, ms, ops::Selection{}, attn.data(), num_);
+  ops::Linear(attn.data(), n, w.mla.o, a.data(), num_);
+  for (int64_t i = 0; i < n * D; ++i) x[i] = num_.Round(x[i] + a[i]);
+  // FFN block: dense SwiGLU (the model's swiglu_limit, as in its dense layers).
+  ops::RmsNorm(x.data(), n, D, w.post_norm, eps, h.data(), num_);
+  SwiGluMlp(w.mlp, h.data(), n, c.swiglu_limit.value_or(0.0f), a.data(), num_);
+  for (int64_t i = 0; i < n * D; ++i) x[i] = num_.Round(x[i] + a[i]);
+  // Head: shared_head.head(shared_head.norm(x)).
+  ops::RmsNorm(x.data(), n, D, w.head_norm, eps, h.data(), num_);
+  ops::Linear(h.data(), n, w.head, logits->data(), num_);
+  return Status();
 }
 
 // ---- summary -------------------------------------------------------------------------------------

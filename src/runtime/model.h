@@ -39,6 +39,10 @@ struct SeqInput {
   SequenceState* state = nullptr;
   std::span<const int32_t> ids;  // new tokens (>= 1)
   bool all_logits = false;       // logits for every new token, else only the last
+  // May be null. When set, resized to [ids.size(), D] and filled with the final hidden state of
+  // every new token before the final norm (glm5: the mean over the hyper-connection streams; kimi:
+  // the last layer's output): the MTP layer's input (MtpForward).
+  std::vector<float>* hidden = nullptr;
 };
 
 class Model {
@@ -56,6 +60,17 @@ class Model {
   // Runs one step. `logits` receives, per input in order, [1 or ids.size(), vocab] rows.
   // Errors: InvalidArgument for an empty input or an id outside [0, vocab).
   Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits, const CaptureFn& capture = {}) const;
+
+  // Whether the checkpoint carries an MTP layer (config num_nextn_predict_layers == 1).
+  bool has_mtp() const { return weights_.has_mtp; }
+  // Runs the MTP layer (docs/engine.md "MTP layer") over one fresh sequence of T = ids.size()
+  // tokens: `hidden` [T, D] holds Forward's SeqInput::hidden rows for `ids` (positions 0..T-1 of
+  // the sequence). `logits` is resized to [T-1, V]; row t is the MTP's guess of ids[t+2], from
+  // ids[t+1] and hidden[t], attending causally over MTP positions 0..t. T == 1 gives no rows.
+  // The MTP layer keeps no cache: every call starts at position 0.
+  // Errors: InvalidArgument when the model has no MTP layer, ids is empty, an id is outside
+  // [0, vocab) or hidden.size() != T·D (`logits` is untouched then).
+  Status MtpForward(std::span<const int32_t> ids, std::span<const float> hidden, std::vector<float>* logits) const;
 
  private:
   Model(ModelConfig c, ModelWeights w, const ModelOptions& o);

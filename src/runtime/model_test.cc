@@ -7,9 +7,9 @@
 
 #include <random>
 
-#include "model/random_weights.h"
 #include "ops/basic.h"
 #include "runtime/generate.h"
+#include "runtime/random_model_for_tests.h"
 
 namespace gyre {
 namespace {
@@ -39,11 +39,7 @@ const char* kKimiConfig = R"({
 constexpr double kFp32Tol = 1e-4;
 
 std::unique_ptr<Model> MakeModel(const char* cfg_json, uint64_t seed = 5) {
-  auto cfg = ParseModelConfig(cfg_json);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
-  auto w = RandomWeights(*cfg, seed);
-  EXPECT_TRUE(w.ok()) << w.status().ToString();
-  return Model::FromWeights(*cfg, std::move(*w));
+  return RandomModel(cfg_json, seed);
 }
 
 std::vector<int32_t> RandomIds(int64_t n, uint64_t seed, int32_t vocab = 96) {
@@ -51,14 +47,6 @@ std::vector<int32_t> RandomIds(int64_t n, uint64_t seed, int32_t vocab = 96) {
   std::vector<int32_t> ids(n);
   for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
   return ids;
-}
-
-std::vector<float> FullLogits(const Model& m, const std::vector<int32_t>& ids) {
-  SequenceState st = m.NewSequence();
-  SeqInput in{&st, ids, true};
-  std::vector<float> logits;
-  EXPECT_TRUE(m.Forward(std::span<const SeqInput>(&in, 1), &logits).ok());
-  return logits;
 }
 
 class ModelConsistency : public ::testing::TestWithParam<const char*> {};

@@ -112,6 +112,18 @@ TEST(TokenizerGolden, FixtureMatchesHf) {
   CheckCases(**t, cases, UsesNfc(ReadText(kFixtureDir + "tokenizer.json")));
 }
 
+// The bundled trained model's tokenizer (tools/train/glm5_mini.py: byte-level BPE trained on the
+// corpus' training split): every case HF tokenizers encoded when it wrote the file, including
+// held-out-style English documents. The file is committed, so a missing one fails.
+TEST(TokenizerGolden, TrainedModelTokenizerMatchesHf) {
+  const std::string dir = GYRE_SOURCE_DIR "/tests/fixtures/glm5_mini/";
+  auto t = Tokenizer::FromFile(dir);
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  const Json cases = Json::parse(ReadText(dir + "tokenizer_cases.json"));
+  ASSERT_GT(cases.size(), 40u);
+  CheckCases(**t, cases, UsesNfc(ReadText(dir + "tokenizer.json")));
+}
+
 TEST(TokenizerGolden, FixtureConfigNamesKnownTokens) {
   if (!std::filesystem::exists(kFixtureDir + "tokenizer_config.json")) {
     GTEST_SKIP() << "no golden fixture at " << kFixtureDir;

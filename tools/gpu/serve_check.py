@@ -91,7 +91,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gyre", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--fixtures", default="glm5_tiny,glm5_flat,kimi_tiny")
+    ap.add_argument("--fixtures", default="glm5_tiny,glm5_flat,kimi_tiny,glm5_mini")
     a = ap.parse_args()
     report = {"checks": [], "servers": {}}
     ok_all = True
