@@ -196,5 +196,13 @@ if ! command -v nvidia-smi > /dev/null 2>&1; then
   expect_fail "bench model --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" bench model --backend cuda --config "$SRC/bench/configs/glm5_next_4layer.json"
 fi
 
+# vLLM launch-line habits: refused flags say what to use and exit 2 before anything loads.
+v=$("$GYRE" --version) && [[ "$v" == gyre\ * ]] && pass "--version" || fail "--version: '$v'"
+expect_fail "serve -tp 2 refused" 2 "one device" -- "$GYRE" serve -tp 2
+expect_fail "serve --kv-cache-dtype fp8 refused" 2 "only 'auto'" -- "$GYRE" serve --kv-cache-dtype fp8
+expect_fail "serve --enable-prefix-caching refused" 2 "not built yet" -- "$GYRE" serve --enable-prefix-caching
+expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm5_tiny" --model "$FX/kimi_tiny"
+expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
+
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -27,6 +27,7 @@
 #include "cli/serve_command.h"
 #include "core/json_depth.h"
 #include "core/trace.h"
+#include "core/version.h"
 #include "feedback/trace_export.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
@@ -293,6 +294,7 @@ int RunInspect(const std::string& dir, bool as_json) {
 int Main(int argc, char** argv) {
   CLI::App app{"gyre: inference engine for GLM-5.3-Flash-class hybrid models"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("gyre ") + kGyreVersion);
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "generate text from a prompt");
@@ -339,8 +341,15 @@ int Main(int argc, char** argv) {
   AddServeCommand(app, &serve_runner);
   AddEvalCommand(app, &eval_runner);
 
+  // vLLM's two-letter short flag, which CLI11 cannot declare: -tp N / -tp=N.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string a = argv[i];
+    args.push_back(a == "-tp" ? "--tensor-parallel-size"
+                   : a.rfind("-tp=", 0) == 0 ? "--tensor-parallel-size=" + a.substr(4) : a);
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(std::move(args));  // CLI11 takes the arguments in reverse order
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

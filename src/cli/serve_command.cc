@@ -32,6 +32,7 @@ constexpr const char* kBundledTemplate = "src/serve/testdata/chat_templates/glm5
 
 struct ServeArgs {
   std::string model = "tests/fixtures/glm5_mini";
+  bool model_explicit = false;  // --model was given
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_model_name;
@@ -53,7 +54,17 @@ struct ServeArgs {
   std::string dtype = "auto";     // cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16
   double gpu_memory_utilization = 0.9;
   uint64_t seed = 0;
-  std::string trace;              // --trace FILE: spans of the whole run, written at shutdown
+  std::string trace;
+  // vLLM launch-line habits (implemented or refused in CheckVllmFlags).
+  std::string model_positional;
+  int tensor_parallel_size = 1;
+  std::string kv_cache_dtype = "auto";
+  bool enable_prefix_caching = false;
+  bool disable_log_requests = false;
+  // HTTP hardening knobs (serve::ServerOptions / HttpServerOptions).
+  int64_t header_timeout_ms = serve::HttpServerOptions{}.header_timeout_ms;
+  int64_t max_connections = serve::HttpServerOptions{}.max_connections;
+  int prepare_threads = serve::ServerOptions{}.num_prepare_threads;              // --trace FILE: spans of the whole run, written at shutdown
   bool disable_overlap = false;   // one engine step at a time
 };
 
@@ -98,7 +109,31 @@ std::pair<std::string, std::string> FindChatTemplate(const ServeArgs& a, const T
   return {"", ""};
 }
 
-int RunServe(const ServeArgs& a) {
+// The vLLM flags a launch line carries: what gyre does with each, or why it refuses it.
+Status CheckVllmFlags(const ServeArgs& a) {
+  if (a.tensor_parallel_size != 1)
+    return Status::InvalidArgument("--tensor-parallel-size " + std::to_string(a.tensor_parallel_size) +
+                                   ": gyre serve runs the model on one device; the tensor-parallel plans are "
+                                   "verified with `gyre verify parallel` but not served yet");
+  if (a.kv_cache_dtype != "auto")
+    return Status::InvalidArgument("--kv-cache-dtype " + a.kv_cache_dtype +
+                                   ": only 'auto' (the backend's cache dtype) is supported; quantized KV caches "
+                                   "are not built yet");
+  if (a.enable_prefix_caching)
+    return Status::InvalidArgument("--enable-prefix-caching: prefix caching is not built yet; every request "
+                                   "prefills its whole prompt");
+  if (!a.model_positional.empty() && a.model_explicit && a.model_positional != a.model)
+    return Status::InvalidArgument("the model is given twice: '" + a.model_positional + "' and --model '" +
+                                   a.model + "'");
+  return Status::Ok();
+}
+
+int RunServe(ServeArgs a) {
+  if (Status s = CheckVllmFlags(a); !s.ok()) {
+    std::fprintf(stderr, "gyre serve: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  if (!a.model_positional.empty()) a.model = a.model_positional;
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and
   // only sigwait below receives them.
   sigset_t sigs;
@@ -223,6 +258,9 @@ int RunServe(const ServeArgs& a) {
   so.http.host = a.host;
   so.http.port = a.port;
   so.http.num_threads = a.http_threads;
+  so.http.header_timeout_ms = a.header_timeout_ms;
+  so.http.max_connections = a.max_connections;
+  so.num_prepare_threads = a.prepare_threads;
   so.served_model_name = a.served_model_name.empty() ? model_name : a.served_model_name;
   so.api_key = a.api_key;
   so.kv_page_tokens = a.kv_page_tokens;
@@ -288,7 +326,9 @@ std::optional<int64_t> ParseByteSize(const std::string& text) {
 void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   auto args = std::make_shared<ServeArgs>();
   auto* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-  s->add_option("--model", args->model, "model folder (default tests/fixtures/glm5_mini, the bundled trained model)");
+  s->add_option("MODEL", args->model_positional, "model folder, as vLLM's `vllm serve MODEL` (same as --model)");
+  s->add_option("--model", args->model, "model folder (default tests/fixtures/glm5_mini, the bundled trained model)")
+      ->each([args](const std::string&) { args->model_explicit = true; });
   s->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
   s->add_option("--port", args->port, "port (default 8000; 0 picks a free one)")->check(CLI::Range(0, 65535));
   s->add_option("--served-model-name", args->served_model_name, "model name in the API (default: the folder name)");
@@ -320,6 +360,21 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_flag("--disable-overlap-schedule", args->disable_overlap,
               "run one engine step at a time (default: step n+1 is launched before step n is collected)");
   s->add_option("--trace", args->trace, "record spans (engine steps; cuda: GPU busy/idle per step) to a Chrome trace, written at shutdown");
+  s->add_option("--tensor-parallel-size", args->tensor_parallel_size, "vLLM's flag (also -tp): only 1 is served")
+      ->capture_default_str();
+  s->add_option("--kv-cache-dtype", args->kv_cache_dtype, "vLLM's flag: only auto")->capture_default_str();
+  s->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching,
+              "vLLM's flag: prefix caching is not built yet, so only --no-enable-prefix-caching (the default) is accepted");
+  s->add_flag("--disable-log-requests", args->disable_log_requests,
+              "vLLM's flag: accepted; gyre serve writes no per-request log");
+  s->add_option("--header-timeout-ms", args->header_timeout_ms,
+                "a new connection's first request headers must arrive within this")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600000}))->capture_default_str();
+  s->add_option("--max-connections", args->max_connections, "open connections beyond this are closed at accept")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  s->add_option("--prepare-threads", args->prepare_threads,
+                "threads that parse, template and tokenize requests off the HTTP threads")
+      ->check(CLI::Range(1, 256))->capture_default_str();
   s->callback([args, runner] { *runner = [args] { return RunServe(*args); }; });
 }
 
