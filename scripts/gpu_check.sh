@@ -123,6 +123,14 @@ if [[ -n "$GYRE" ]] && has_step model; then
     timeout 120 "$GYRE" verify model --backend cuda --model "tests/fixtures/$fx" --json > "/tmp/gyre_parity_$fx.json" \
       || status=1
   done
+  # A config the CPU engine runs but the kernels cannot (head sizes 20 / 12) is refused at load.
+  "$GYRE" bench model --backend cuda --config bench/configs/glm5_tiny_odd_heads.json --random-weights \
+    > /tmp/gyre_odd.log 2>&1
+  if [[ $? -eq 1 ]] && grep -q "does not run on the GPU backend (num_attention_heads" /tmp/gyre_odd.log; then
+    echo "  ok   odd head sizes refused at load: $(grep -o 'mla.attention: [^;]*' /tmp/gyre_odd.log | head -1)"
+  else
+    echo "  FAIL odd head sizes not refused at load:"; tail -3 /tmp/gyre_odd.log; status=1
+  fi
   python3 - "$OUT/gpu_parity.json" /tmp/gyre_parity_*.json <<'EOF2'
 import json, sys
 reps = []

@@ -306,6 +306,13 @@ Status ParseGlm5Text(const json& text, ModelConfig* c) {
       int64_t freq = 1, offset = 2;
       GYRE_RETURN_IF_ERROR(f.Int({"index_topk_freq"}, &freq));
       GYRE_RETURN_IF_ERROR(f.Int({"index_skip_topk_offset"}, &offset));
+      // Bounded so that i - offset + 1 cannot overflow (any |offset| > L gives the same schedule).
+      constexpr int64_t kMaxOffset = int64_t{1} << 20;
+      if (offset < -kMaxOffset || offset > kMaxOffset) {
+        return Status::InvalidArgument("config field 'index_skip_topk_offset' = " + std::to_string(offset) +
+                                       " is out of range [-" + std::to_string(kMaxOffset) + ", " +
+                                       std::to_string(kMaxOffset) + "]");
+      }
       freq = std::max<int64_t>(freq, 1);
       for (int64_t i = 0; i < L; ++i) {
         names.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0 ? "full" : "shared");

@@ -96,6 +96,17 @@ TEST(ModelConfig, IndexerSchedules) {
   EXPECT_EQ(pat->indexer_types[1], IndexerKind::kShared);
 }
 
+// Found by config_fuzz's UBSan build: i - offset + 1 overflowed for an offset near INT64_MIN.
+TEST(ModelConfig, IndexerOffsetOutOfRangeIsAnError) {
+  auto far = ParseModelConfig(
+      R"({"model_type": "glm5_next", "num_hidden_layers": 4, "index_skip_topk_offset": -9223372036854775808})");
+  ASSERT_FALSE(far.ok());
+  EXPECT_NE(far.error().message().find("'index_skip_topk_offset'"), std::string::npos) << far.error().message();
+  auto edge = ParseModelConfig(
+      R"({"model_type": "glm5_next", "num_hidden_layers": 4, "index_skip_topk_offset": -1048576, "index_topk_freq": 2})");
+  EXPECT_TRUE(edge.ok());
+}
+
 TEST(ModelConfig, LinearAttnConfigGate) {
   auto a = ParseModelConfig(R"({"model_type": "glm5_next", "linear_attn_config": {"gate_lower_bound": null}})");
   ASSERT_TRUE(a.ok());

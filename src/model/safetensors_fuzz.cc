@@ -7,9 +7,8 @@
 //   3. as the text of a model.safetensors.index.json.
 // Accepted headers are checked against the contract (ranges inside the data, sizes matching).
 //
-// Build (clang): clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I src
-//   src/model/safetensors.cc src/model/safetensors_fuzz.cc src/core/dtype.cc src/core/status.cc
-// Seed corpus: small valid files written with WriteSafetensors, and their header JSON alone.
+// Run: scripts/fuzz.sh. Seeds (src/model/testdata/fuzz_safetensors/): small valid files, a header
+// JSON alone, an index.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -1168,14 +1168,61 @@ CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModel::~CudaModel() = default;
 
 namespace {
+// The kernels' shape limits for every layer kind the config uses, checked before anything is
+// allocated: a config the CPU engine runs but the GPU kernels cannot is refused at load, naming the
+// config fields, instead of failing in the middle of a forward.
+Status CheckGpuConfig(const ModelConfig& c) {
+  const auto refuse = [](const std::string& fields, const Status& why) {
+    return Status::Unimplemented("cuda model: this config does not run on the GPU backend (" + fields +
+                                 "): " + why.message() + "; the CPU backend runs it");
+  };
+  bool kda = false, attn = false, indexer = false;
+  for (AttnKind k : c.layer_types) {
+    kda |= k == AttnKind::kKda;
+    attn |= k != AttnKind::kKda;
+    indexer |= k == AttnKind::kDsa;
+  }
+  if (kda) {
+    if (Status s = cuda::CheckKdaHeadDim(static_cast<int>(c.linear_head_dim)); !s.ok())
+      return refuse("linear_head_dim = " + std::to_string(c.linear_head_dim), s);
+  }
+  if (attn) {
+    const cuda::MlaDims md{c.num_attention_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim,
+                           c.kv_lora_rank, 1.0f};
+    if (Status s = cuda::CheckMlaDims(md); !s.ok())
+      return refuse("num_attention_heads = " + std::to_string(c.num_attention_heads) + ", qk_nope_head_dim = " +
+                        std::to_string(c.qk_nope_head_dim) + ", qk_rope_head_dim = " +
+                        std::to_string(c.qk_rope_head_dim) + ", v_head_dim = " + std::to_string(c.v_head_dim) +
+                        ", kv_lora_rank = " + std::to_string(c.kv_lora_rank),
+                    s);
+  }
+  if (indexer) {
+    const cuda::IndexerDims id{c.index_n_heads, c.index_head_dim, c.index_kpool, c.index_topk,
+                               c.index_kpool_always_select_tail};
+    if (Status s = cuda::CheckIndexerDims(id); !s.ok())
+      return refuse("index_n_heads = " + std::to_string(c.index_n_heads) + ", index_head_dim = " +
+                        std::to_string(c.index_head_dim) + ", index_kpool = " + std::to_string(c.index_kpool),
+                    s);
+  }
+  const int64_t streams = std::max<int64_t>(1, c.hc_mult);
+  if (streams > 4)
+    return refuse("hc_mult = " + std::to_string(c.hc_mult), Status::Unimplemented("at most 4 streams are built"));
+  if (streams * c.hidden_size % 4 != 0)
+    return refuse("hidden_size = " + std::to_string(c.hidden_size),
+                  Status::Unimplemented("hc_mult · hidden_size must be a multiple of 4"));
+  if (c.vocab_size > cuda::SampleMaxVocab())
+    return refuse("vocab_size = " + std::to_string(c.vocab_size),
+                  Status::Unimplemented("the device sampler takes at most " + std::to_string(cuda::SampleMaxVocab())));
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, const ModelWeights* host,
                                                  const CudaModelOptions& opts) {
+  GYRE_RETURN_IF_ERROR(CheckGpuConfig(config));
   if (opts.max_seqs < 1 || opts.max_batch_tokens < 1 || opts.kv_tokens < 1 || opts.page_tokens < 1)
     return Status::InvalidArgument("cuda model: max_seqs, max_batch_tokens, kv_tokens and page_tokens must be >= 1");
   if (opts.gpu_memory_utilization < 0 || opts.gpu_memory_utilization > 1)
     return Status::InvalidArgument("cuda model: gpu_memory_utilization must be in (0, 1]");
-  if (config.hc_mult > 4)
-    return Status::Unimplemented("cuda model: hc_mult " + std::to_string(config.hc_mult) + " > 4 is not built");
   auto impl = std::make_unique<CudaModel::Impl>();
   impl->c = config;
   impl->opts = opts;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/trace.h"
 #include "ops/attention.h"
@@ -500,7 +501,9 @@ Status Model::MtpForward(std::span<const int32_t> ids, std::span<const float> hi
 ModelSummary Summarize(const ModelConfig& c) {
   ModelSummary s;
   const int64_t D = c.hidden_size, V = c.vocab_size;
-  int64_t total = V * D + D + (c.tie_word_embeddings ? 0 : V * D), unselected = 0;
+  // NOTE: each term fits in int64 under ParseModelConfig's bounds, but the sum over 4096 layers of
+  // 65536 experts does not: the totals add up in 128 bits and saturate (found by config_fuzz).
+  __int128 total = V * D + D + (c.tie_word_embeddings ? 0 : V * D), unselected = 0;
   const int64_t P = c.linear_num_heads * c.linear_head_dim, K = c.linear_head_dim, Hl = c.linear_num_heads;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     total += 2 * D;
@@ -542,8 +545,12 @@ ModelSummary Summarize(const ModelConfig& c) {
       unselected += (c.n_routed_experts - c.num_experts_per_tok) * 3 * D * I;
     }
   }
-  s.params_total = total;
-  s.params_active = total - unselected;
+  auto saturate = [](__int128 v) {
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(std::clamp<__int128>(v, kMin, kMax));
+  };
+  s.params_total = saturate(total);
+  s.params_active = saturate(total - unselected);
   return s;
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "ops/basic.h"
@@ -180,6 +181,16 @@ TEST(Summarize, DefaultGlm5MatchesDocumentedCounts) {
   EXPECT_EQ(s.params_active, 17376726526);
   EXPECT_EQ(s.attn_cache_bytes_per_token, 11 * 1536);
   EXPECT_EQ(s.kda_state_bytes_per_sequence, 34 * (4 * 1024 * 1024 + 3 * 24576 * 2));
+}
+
+// Found by config_fuzz (UBSan): a config at ParseModelConfig's bounds overflowed the int64 sum.
+TEST(Summarize, HugeConfigSaturatesInsteadOfOverflowing) {
+  auto c = ParseModelConfig(R"({"model_type": "glm5_next", "num_hidden_layers": 4096, "hidden_size": 131072,
+                                "moe_intermediate_size": 1048576, "n_routed_experts": 65536})");
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  const ModelSummary s = Summarize(*c);
+  EXPECT_EQ(s.params_total, std::numeric_limits<int64_t>::max());
+  EXPECT_GT(s.params_active, 0);
 }
 }  // namespace
 }  // namespace gyre

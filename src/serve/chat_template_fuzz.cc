@@ -2,12 +2,8 @@
 // context under tight limits. Whatever the input, this must neither crash, hang, leak nor run out
 // of memory: syntax errors, runtime errors and exceeded limits are all Status values.
 //
-// Build by hand (the fuzz preset's link line does not name gyre_serve yet):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I src \
-//     src/serve/chat_template{,_builtins,_eval,_lexer,_methods,_operators,_parser,_value}.cc \
-//     src/serve/chat_template_fuzz.cc src/core/status.cc -lutf8proc -o /tmp/chat_template_fuzz
-//   mkdir -p /tmp/corpus && /tmp/chat_template_fuzz -max_total_time=60 -timeout=10 -max_len=4096 \
-//     -dict=src/serve/testdata/chat_templates/fuzz.dict /tmp/corpus src/serve/testdata/chat_templates
+// Run: scripts/fuzz.sh (seeds: src/serve/testdata/fuzz_chat_template/, links to real templates;
+// dictionary: src/serve/testdata/fuzz_chat_template.dict).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

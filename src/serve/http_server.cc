@@ -29,6 +29,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "serve/http_parse.h"
+
 namespace gyre::serve {
 namespace {
 
@@ -278,7 +280,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
-  asio::awaitable<bool> ReadRequest(http::request_parser<http::string_body>& parser, bool* fatal);
+  asio::awaitable<bool> ReadRequest(RequestParser& parser, bool* fatal);
   asio::awaitable<bool> WriteSimple(int status, const std::string& message, unsigned version);
   asio::awaitable<bool> Drive(const std::shared_ptr<Exchange>& ex, unsigned version, bool keep_alive);
   asio::awaitable<void> WaitWake();
@@ -528,22 +530,17 @@ asio::awaitable<bool> Connection::WriteSimple(int status, const std::string& mes
 
 // Reads one request. Returns false when the connection should close; *fatal is set when an error
 // response was already written or nothing can be written.
-asio::awaitable<bool> Connection::ReadRequest(http::request_parser<http::string_body>& parser, bool* fatal) {
+asio::awaitable<bool> Connection::ReadRequest(RequestParser& parser, bool* fatal) {
   const auto& o = shared_->opts;
-  parser.body_limit(static_cast<uint64_t>(o.max_body_bytes));
-  parser.header_limit(64 * 1024);
+  LimitRequestParser(o, parser);
   beast::error_code ec;
   // Headers must arrive in time: header_timeout_ms on a new connection, idle_timeout_ms between
   // keep-alive requests.
   stream_.expires_after(std::chrono::milliseconds(served_ == 0 ? o.header_timeout_ms : o.idle_timeout_ms));
   co_await http::async_read_header(stream_, buffer_, parser, asio::redirect_error(use_awaitable, ec));
-  if (!ec && parser.get()[http::field::expect] == "100-continue" && !parser.is_done()) {
-    // Skip the 100 when the body is too large anyway: the 413 below answers instead.
-    auto len = parser.content_length();
-    if (!len || *len <= static_cast<uint64_t>(o.max_body_bytes)) {
-      http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
-      co_await http::async_write(stream_, cont, asio::redirect_error(use_awaitable, ec));
-    }
+  if (!ec && WantsContinue(o, parser)) {
+    http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
+    co_await http::async_write(stream_, cont, asio::redirect_error(use_awaitable, ec));
   }
   if (!ec && !parser.is_done()) {
     co_await http::async_read(stream_, buffer_, parser, asio::redirect_error(use_awaitable, ec));
@@ -551,14 +548,8 @@ asio::awaitable<bool> Connection::ReadRequest(http::request_parser<http::string_
   if (!ec) co_return true;
   *fatal = true;
   const unsigned version = parser.is_header_done() ? parser.get().version() : 11;
-  if (ec == http::error::body_limit) {
-    co_await WriteSimple(413, "request body exceeds " + std::to_string(o.max_body_bytes) + " bytes", version);
-  } else if (ec == http::error::header_limit) {
-    co_await WriteSimple(431, "request headers too large", version);
-  } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
-             ec != http::error::end_of_stream && ec != http::error::partial_message) {
-    co_await WriteSimple(400, "malformed HTTP request: " + ec.message(), version);
-  }
+  const ReadErrorAnswer answer = AnswerReadError(o, ec);
+  if (answer.status != 0) co_await WriteSimple(answer.status, answer.message, version);
   co_return false;
 }
 
@@ -567,25 +558,15 @@ asio::awaitable<void> Connection::Run() {
   try {
     for (;;) {
       if (closed_ || shared_->stopping) break;
-      http::request_parser<http::string_body> parser;
+      RequestParser parser;
       bool fatal = false;
       if (!co_await ReadRequest(parser, &fatal)) break;
       stream_.expires_never();
-      http::request<http::string_body> req = parser.release();
+      BeastRequest req = parser.release();
       ++served_;
       const bool keep_alive = req.keep_alive();
       const unsigned version = req.version();
-
-      HttpRequest hr;
-      hr.method = std::string(req.method_string());
-      hr.target = std::string(req.target());
-      hr.path = hr.target.substr(0, hr.target.find('?'));
-      for (const auto& f : req) {
-        std::string name(f.name_string());
-        std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-        hr.headers.emplace_back(std::move(name), std::string(f.value()));
-      }
-      hr.body = std::move(req.body());
+      HttpRequest hr = ToHttpRequest(std::move(req));
 
       auto ex = std::make_shared<Exchange>(ioc_, strand_, weak_from_this(), shared_);
       current_ = ex;
@@ -719,8 +700,9 @@ const char* HttpReason(int status) {
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerOptions& options, HttpHandler handler) {
   if (options.num_threads < 1) return Status::InvalidArgument("HTTP threads must be >= 1");
-  if (options.max_body_bytes < 1 || options.max_buffered_bytes < 1) {
-    return Status::InvalidArgument("HTTP byte limits must be >= 1");
+  if (options.max_body_bytes < 1 || options.max_buffered_bytes < 1 || options.max_header_bytes < 1 ||
+      options.max_header_bytes > (int64_t{1} << 30)) {
+    return Status::InvalidArgument("HTTP byte limits must be >= 1 (headers at most 1 GiB)");
   }
   auto s = std::make_unique<ServerImpl>(options, std::move(handler));
   GYRE_RETURN_IF_ERROR(s->Bind());

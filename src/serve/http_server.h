@@ -81,6 +81,7 @@ struct HttpServerOptions {
   int port = 8000;                            // 0: the OS picks a free port (see HttpServer::port)
   int num_threads = 2;                        // io_context threads
   int64_t max_body_bytes = 16 << 20;          // larger request bodies get 413
+  int64_t max_header_bytes = 64 << 10;        // larger request headers get 431
   int64_t max_buffered_bytes = 4 << 20;       // per stream: unsent bytes beyond this abort it
   int64_t write_timeout_ms = 30000;           // one socket write; longer aborts the exchange
   int64_t idle_timeout_ms = 30000;            // keep-alive wait for the next request's headers

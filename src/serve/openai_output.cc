@@ -7,7 +7,8 @@ namespace gyre::serve {
 
 // ---- StopMatcher ------------------------------------------------------------------------------
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
+    : stops_(std::move(stops)), include_stop_(include_stop) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
 }
 
@@ -18,11 +19,14 @@ StopMatcher::Released StopMatcher::Push(std::string_view text) {
     r.text.swap(held_);
     return r;
   }
-  // Earliest full match among all stops.
-  size_t best = std::string::npos;
-  for (const std::string& s : stops_) best = std::min(best, held_.find(s));
+  // Earliest full match among all stops (the longest of those that start there).
+  size_t best = std::string::npos, best_len = 0;
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < best || (at == best && at != std::string::npos && s.size() > best_len)) best = at, best_len = s.size();
+  }
   if (best != std::string::npos) {
-    r.text = held_.substr(0, best);
+    r.text = held_.substr(0, include_stop_ ? best + best_len : best);
     held_.clear();
     stopped_ = true;
     r.stopped = true;
@@ -87,7 +91,10 @@ std::string LossyUtf8(std::string_view b) {
 // ---- TextOutput -------------------------------------------------------------------------------
 
 TextOutput::TextOutput(const Tokenizer& tokenizer, OutputOptions options)
-    : tok_(tokenizer), opts_(std::move(options)), decoder_(tokenizer, opts_.skip_special), matcher_(opts_.stop) {
+    : tok_(tokenizer),
+      opts_(std::move(options)),
+      decoder_(tokenizer, opts_.skip_special),
+      matcher_(opts_.stop, opts_.include_stop_str) {
   if (opts_.logprobs) all_logprobs_ = EmptyLogprobs();
 }
 
@@ -98,6 +105,18 @@ Json TextOutput::EmptyLogprobs() const {
 }
 
 std::string TextOutput::TokenText(int32_t id) const { return LossyUtf8(tok_.TokenBytes(id)); }
+
+std::string TextOutput::Piece(int32_t id) {
+  const auto& ids = opts_.stop_token_ids;
+  // vLLM: the token a request stops on is not detokenized unless include_stop_str_in_output.
+  if (!opts_.include_stop_str && std::find(ids.begin(), ids.end(), id) != ids.end()) return "";
+  std::string piece = decoder_.Push(id);
+  if (piece.empty() && opts_.skip_special && tok_.IsSpecial(id)) {
+    const std::string bytes = tok_.TokenBytes(id);
+    if (std::find(opts_.stop.begin(), opts_.stop.end(), bytes) != opts_.stop.end()) piece = bytes;
+  }
+  return piece;
+}
 
 namespace {
 // JSON has no -inf: a logprob of -inf (probability 0) is reported as a very large negative number.
@@ -137,7 +156,7 @@ TextOutput::Delta TextOutput::OnToken(const TokenEvent& ev) {
   Delta d;
   ++num_tokens_;
   const size_t offset = decoded_bytes_;
-  const std::string piece = decoder_.Push(ev.id);
+  const std::string piece = Piece(ev.id);
   decoded_bytes_ += piece.size();
   if (opts_.logprobs) {
     d.logprobs = EmptyLogprobs();

@@ -17,11 +17,12 @@ namespace gyre::serve {
 
 // Finds stop sequences in text that arrives in pieces. Text is released as soon as it cannot be
 // the start of a stop sequence: only the longest tail that is a proper prefix of some stop is
-// held back. When a stop matches, the text before its first occurrence is released and the
-// matcher is done (the stop itself and everything after it are dropped).
+// held back. When a stop matches, the text before its first occurrence is released (with
+// `include_stop`, up to the end of the match: of the stops found at that position, the longest)
+// and the matcher is done; everything after is dropped.
 class StopMatcher {
  public:
-  explicit StopMatcher(std::vector<std::string> stops);
+  explicit StopMatcher(std::vector<std::string> stops, bool include_stop = false);
 
   struct Released {
     std::string text;
@@ -35,6 +36,7 @@ class StopMatcher {
 
  private:
   std::vector<std::string> stops_;
+  bool include_stop_;
   std::string held_;
   bool stopped_ = false;
 };
@@ -44,7 +46,13 @@ struct OutputOptions {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   bool skip_special = true;     // special tokens add no text (they still count and get logprobs)
+  // Stop strings. A special token whose text is one of them matches it even when skip_special
+  // hides its text (the engine stops on such single-token stops too).
   std::vector<std::string> stop;
+  // include_stop_str_in_output: a matched stop string stays in the text, and so does the text of
+  // a token in stop_token_ids. Without it (vLLM's default) such a token adds no text.
+  bool include_stop_str = false;
+  std::vector<int32_t> stop_token_ids;  // ids the engine finishes on: the request's stop ids and EOS
 };
 
 class TextOutput {
@@ -73,6 +81,8 @@ class TextOutput {
   void AppendLogprobs(Json& into, const TokenEvent& ev, size_t text_offset) const;
   // The token's text for logprobs: its bytes, with invalid UTF-8 replaced by U+FFFD.
   std::string TokenText(int32_t id) const;
+  // The text token `id` adds before stop matching (see OutputOptions).
+  std::string Piece(int32_t id);
 
   const Tokenizer& tok_;
   const OutputOptions opts_;

@@ -6,8 +6,9 @@ namespace gyre::serve {
 namespace {
 
 // Feeds `pieces` and returns the concatenated released text, and whether a stop matched.
-std::pair<std::string, bool> Feed(const std::vector<std::string>& stops, const std::vector<std::string>& pieces) {
-  StopMatcher m(stops);
+std::pair<std::string, bool> Feed(const std::vector<std::string>& stops, const std::vector<std::string>& pieces,
+                                  bool include_stop = false) {
+  StopMatcher m(stops, include_stop);
   std::string out;
   for (const auto& p : pieces) {
     auto r = m.Push(p);
@@ -51,6 +52,13 @@ TEST(StopMatcher, EarliestOfSeveralStops) {
   // "abc" starts at 0, before the "b" at 1.
   EXPECT_EQ(Feed({"abc", "b"}, {"a", "bc"}), (std::pair<std::string, bool>{"", true}));
   EXPECT_EQ(Feed({"abd", "b"}, {"a", "bc"}), (std::pair<std::string, bool>{"a", true}));
+}
+
+TEST(StopMatcher, IncludeStopKeepsTheMatch) {
+  EXPECT_EQ(Feed({"END"}, {"hel", "loE", "N", "Dafter"}, true), (std::pair<std::string, bool>{"helloEND", true}));
+  // Of the stops found at the earliest position, the longest is kept.
+  EXPECT_EQ(Feed({"a", "ab"}, {"xabc"}, true), (std::pair<std::string, bool>{"xab", true}));
+  EXPECT_EQ(Feed({"a", "ab"}, {"xabc"}, false), (std::pair<std::string, bool>{"x", true}));
 }
 
 TEST(StopMatcher, UnmatchedTailIsFlushed) {

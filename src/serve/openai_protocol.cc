@@ -2,12 +2,15 @@
 // completions); response builders.
 #include "serve/openai_protocol.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "core/json_depth.h"
+#include "serve/openai_fields.h"
+#include "serve/openai_messages.h"
 
 namespace gyre::serve {
 
@@ -57,30 +60,23 @@ Json ApiError::ToJson() const {
 
 // ---- field readers ----------------------------------------------------------------------------
 
-namespace {
-
 Status FieldError(std::string_view field, std::string_view what) {
   return Status::InvalidArgument("'" + std::string(field) + "' " + std::string(what));
 }
 
-// The value of `key`, or nullptr when absent or JSON null (OpenAI clients send null for "unset").
-const Json* Get(const Json& o, const char* key) {
-  auto it = o.find(key);
-  if (it == o.end() || it->is_null()) return nullptr;
-  return &*it;
-}
+namespace {
 
-Status ReadBool(const Json& o, const char* key, bool* out) {
-  const Json* v = Get(o, key);
+Status ReadBool(const Json* v, std::string_view key, bool* out) {
   if (!v) return Status::Ok();
   if (!v->is_boolean()) return FieldError(key, "must be a boolean");
   *out = v->get<bool>();
   return Status::Ok();
 }
+Status ReadBool(BodyFields& f, const char* key, bool* out) { return ReadBool(f.Get(key), key, out); }
 
 // An integer (a float with an integral value is accepted) in [lo, hi].
-Status ReadInt(const Json& o, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
-  const Json* v = Get(o, key);
+Status ReadInt(BodyFields& f, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+  const Json* v = f.Get(key);
   if (!v) return Status::Ok();
   const std::string range = "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   int64_t x = 0;
@@ -102,14 +98,11 @@ Status ReadInt(const Json& o, const char* key, int64_t lo, int64_t hi, std::opti
   return Status::Ok();
 }
 
-std::string FormatNumber(double d) {
-  std::string s = Json(d).dump();
-  return s;
-}
+std::string FormatNumber(double d) { return Json(d).dump(); }
 
 // A number in [lo, hi] (or (lo, hi] when lo_open).
-Status ReadFloat(const Json& o, const char* key, double lo, double hi, bool lo_open, std::optional<double>* out) {
-  const Json* v = Get(o, key);
+Status ReadFloat(BodyFields& f, const char* key, double lo, double hi, bool lo_open, float* out) {
+  const Json* v = f.Get(key);
   if (!v) return Status::Ok();
   const std::string range = std::string("must be a number in ") + (lo_open ? "(" : "[") + FormatNumber(lo) + ", " +
                             FormatNumber(hi) + "]";
@@ -118,21 +111,12 @@ Status ReadFloat(const Json& o, const char* key, double lo, double hi, bool lo_o
   if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
     return FieldError(key, range + ", got " + FormatNumber(d));
   }
-  *out = d;
+  *out = static_cast<float>(d);
   return Status::Ok();
 }
 
-// A number that gyre only supports at its neutral value.
-Status RequireNeutral(const Json& o, const char* key, double neutral) {
-  const Json* v = Get(o, key);
-  if (!v) return Status::Ok();
-  if (!v->is_number()) return FieldError(key, "must be a number");
-  if (v->get<double>() != neutral) return FieldError(key, "is not supported (only " + FormatNumber(neutral) + ")");
-  return Status::Ok();
-}
-
-Status ReadStop(const Json& o, std::vector<std::string>* out) {
-  const Json* v = Get(o, "stop");
+Status ReadStop(BodyFields& f, std::vector<std::string>* out) {
+  const Json* v = f.Get("stop");
   if (!v) return Status::Ok();
   if (v->is_string()) {
     if (v->get_ref<const std::string&>().empty()) return FieldError("stop", "must not be an empty string");
@@ -159,114 +143,111 @@ Status ReadIdList(const Json& v, const char* key, std::vector<int32_t>* out) {
   return Status::Ok();
 }
 
+Result<Json> ParseJsonText(std::string_view text, std::string_view what) {
+  GYRE_RETURN_IF_ERROR(CheckJsonDepth(text, what));
+  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::InvalidArgument(std::string(what) + " is not valid JSON");
+  return j;
+}
+
 Result<Json> ParseBody(std::string_view body) {
-  GYRE_RETURN_IF_ERROR(CheckJsonDepth(body, "the request body"));
-  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::InvalidArgument("the request body is not valid JSON");
+  GYRE_ASSIGN_OR_RETURN(Json j, ParseJsonText(body, "the request body"));
   if (!j.is_object()) return Status::InvalidArgument("the request body must be a JSON object");
   return j;
 }
 
-// Fields shared by chat and completions. `chat` selects the logprobs convention.
-Status ParseCommon(const Json& o, bool chat, GenerationRequest* g) {
-  if (const Json* m = Get(o, "model")) {
-    if (!m->is_string()) return FieldError("model", "must be a string");
-    g->model = m->get<std::string>();
-  }
-  GYRE_RETURN_IF_ERROR(ReadBool(o, "stream", &g->stream));
-  if (const Json* so = Get(o, "stream_options")) {
-    if (!so->is_object()) return FieldError("stream_options", "must be an object");
-    if (!g->stream) return FieldError("stream_options", "is only allowed when 'stream' is true");
-    GYRE_RETURN_IF_ERROR(ReadBool(*so, "include_usage", &g->include_usage));
-  }
-  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-  std::optional<int64_t> i;
-  GYRE_RETURN_IF_ERROR(ReadInt(o, "max_tokens", 1, kMaxInt, &i));
-  if (i) g->max_tokens = i;
-  if (chat) {
-    i.reset();
-    GYRE_RETURN_IF_ERROR(ReadInt(o, "max_completion_tokens", 1, kMaxInt, &i));
-    if (i) g->max_tokens = i;
-  }
-  std::optional<double> d;
-  GYRE_RETURN_IF_ERROR(ReadFloat(o, "temperature", 0, 2, false, &d));
-  if (d) g->temperature = static_cast<float>(*d);
-  d.reset();
-  GYRE_RETURN_IF_ERROR(ReadFloat(o, "top_p", 0, 1, true, &d));
-  if (d) g->top_p = static_cast<float>(*d);
-  d.reset();
-  GYRE_RETURN_IF_ERROR(ReadFloat(o, "min_p", 0, 1, false, &d));
-  if (d) g->min_p = static_cast<float>(*d);
-  i.reset();
-  GYRE_RETURN_IF_ERROR(ReadInt(o, "top_k", -1, kMaxInt, &i));
-  if (i) g->top_k = std::max<int64_t>(0, *i);
-  if (const Json* s = Get(o, "seed")) {
-    if (s->is_number_unsigned()) g->seed = s->get<uint64_t>();
-    else if (s->is_number_integer()) g->seed = static_cast<uint64_t>(s->get<int64_t>());
-    else return FieldError("seed", "must be an integer");
-  }
-  GYRE_RETURN_IF_ERROR(ReadStop(o, &g->stop));
-  if (const Json* s = Get(o, "stop_token_ids")) GYRE_RETURN_IF_ERROR(ReadIdList(*s, "stop_token_ids", &g->stop_token_ids));
-  i.reset();
-  GYRE_RETURN_IF_ERROR(ReadInt(o, "n", 1, 1, &i));
-  i.reset();
-  GYRE_RETURN_IF_ERROR(ReadInt(o, "best_of", 1, 1, &i));
-  GYRE_RETURN_IF_ERROR(ReadBool(o, "ignore_eos", &g->ignore_eos));
-  i.reset();
-  GYRE_RETURN_IF_ERROR(ReadInt(o, "min_tokens", 0, kMaxInt, &i));
-  if (i) g->min_tokens = *i;
-  if (g->min_tokens > 0) return FieldError("min_tokens", "is not supported yet (use 'ignore_eos')");
-  GYRE_RETURN_IF_ERROR(ReadBool(o, "skip_special_tokens", &g->skip_special_tokens));
-  GYRE_RETURN_IF_ERROR(RequireNeutral(o, "frequency_penalty", 0));
-  GYRE_RETURN_IF_ERROR(RequireNeutral(o, "presence_penalty", 0));
-  GYRE_RETURN_IF_ERROR(RequireNeutral(o, "repetition_penalty", 1));
-  if (const Json* lb = Get(o, "logit_bias")) {
-    if (!lb->is_object()) return FieldError("logit_bias", "must be an object");
-    if (!lb->empty()) return FieldError("logit_bias", "is not supported");
-  }
-  if (const Json* rf = Get(o, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
-      return FieldError("response_format", "must be an object with a string 'type'");
-    }
-    if ((*rf)["type"] != "text") return FieldError("response_format", "type '" + (*rf)["type"].get<std::string>() + "' is not supported (only 'text')");
-  }
-  if (chat) {
-    GYRE_RETURN_IF_ERROR(ReadBool(o, "logprobs", &g->logprobs));
-    i.reset();
-    GYRE_RETURN_IF_ERROR(ReadInt(o, "top_logprobs", 0, 20, &i));
-    if (i) g->top_logprobs = static_cast<int32_t>(*i);
-    if (g->top_logprobs > 0 && !g->logprobs) return FieldError("top_logprobs", "requires 'logprobs' to be true");
-  } else {
-    i.reset();
-    GYRE_RETURN_IF_ERROR(ReadInt(o, "logprobs", 0, 20, &i));
-    if (i) {
-      g->logprobs = true;
-      g->top_logprobs = static_cast<int32_t>(*i);
+// stream_options: include_usage is honoured; the two other keys OpenAI and vLLM define are
+// accepted only when false.
+Status ReadStreamOptions(BodyFields& f, GenerationRequest* g) {
+  const Json* so = f.Get("stream_options");
+  if (!so) return Status::Ok();
+  if (!so->is_object()) return FieldError("stream_options", "must be an object");
+  if (!g->stream) return FieldError("stream_options", "is only allowed when 'stream' is true");
+  for (const auto& [key, value] : so->items()) {
+    const std::string name = "stream_options." + key;
+    bool on = false;
+    GYRE_RETURN_IF_ERROR(ReadBool(value.is_null() ? nullptr : &value, name, &on));
+    if (key == "include_usage") {
+      g->include_usage = on;
+    } else if (key == "continuous_usage_stats" || key == "include_obfuscation") {
+      if (on) return FieldError(name, "is not supported yet (only false)");
+    } else if (!value.is_null()) {
+      return FieldError(name, "is not a stream option gyre knows (unknown fields are refused, not ignored)");
     }
   }
   return Status::Ok();
 }
 
-// Normalises one message's content to a string (text parts joined by "\n") or null.
-Status NormaliseContent(Json& msg, size_t index) {
-  const std::string field = "messages[" + std::to_string(index) + "].content";
-  auto it = msg.find("content");
-  if (it == msg.end() || it->is_null() || it->is_string()) return Status::Ok();
-  if (!it->is_array()) return FieldError(field, "must be a string, null or an array of content parts");
-  std::string text;
-  bool first = true;
-  for (const Json& part : *it) {
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
-      return FieldError(field, "parts must be objects with a string 'type'");
-    }
-    const std::string& type = part["type"].get_ref<const std::string&>();
-    if (type != "text") return FieldError(field, "part type '" + type + "' is not supported (text only)");
-    if (!part.contains("text") || !part["text"].is_string()) return FieldError(field, "text parts need a string 'text'");
-    if (!first) text += "\n";
-    text += part["text"].get<std::string>();
-    first = false;
+// The visible ASCII a request_id may use: it becomes part of the response id and a header.
+bool IsPlainId(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+// Fields shared by chat and completions; then every kDefaultOnly/kUnused/kRefused row.
+Status ParseCommon(BodyFields& f, GenerationRequest* g) {
+  const bool chat = f.endpoint() == Endpoint::kChat;
+  GYRE_RETURN_IF_ERROR(f.CheckTableFields());
+  if (const Json* m = f.Get("model")) {
+    if (!m->is_string()) return FieldError("model", "must be a string");
+    g->model = m->get<std::string>();
   }
-  *it = text;
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "stream", &g->stream));
+  GYRE_RETURN_IF_ERROR(ReadStreamOptions(f, g));
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  std::optional<int64_t> i;
+  GYRE_RETURN_IF_ERROR(ReadInt(f, "max_tokens", 1, kMaxInt, &i));
+  if (i) g->max_tokens = i;
+  if (chat) {
+    i.reset();
+    GYRE_RETURN_IF_ERROR(ReadInt(f, "max_completion_tokens", 1, kMaxInt, &i));
+    if (i) g->max_tokens = i;
+  }
+  GYRE_RETURN_IF_ERROR(ReadFloat(f, "temperature", 0, 2, false, &g->temperature));
+  GYRE_RETURN_IF_ERROR(ReadFloat(f, "top_p", 0, 1, true, &g->top_p));
+  GYRE_RETURN_IF_ERROR(ReadFloat(f, "min_p", 0, 1, false, &g->min_p));
+  i.reset();
+  GYRE_RETURN_IF_ERROR(ReadInt(f, "top_k", -1, kMaxInt, &i));
+  if (i) g->top_k = std::max<int64_t>(0, *i);
+  if (const Json* s = f.Get("seed")) {
+    if (s->is_number_unsigned()) g->seed = s->get<uint64_t>();
+    else if (s->is_number_integer()) g->seed = static_cast<uint64_t>(s->get<int64_t>());
+    else return FieldError("seed", "must be an integer");
+  }
+  GYRE_RETURN_IF_ERROR(ReadStop(f, &g->stop));
+  if (const Json* s = f.Get("stop_token_ids")) GYRE_RETURN_IF_ERROR(ReadIdList(*s, "stop_token_ids", &g->stop_token_ids));
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "include_stop_str_in_output", &g->include_stop_str));
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "ignore_eos", &g->ignore_eos));
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "skip_special_tokens", &g->skip_special_tokens));
+  bool spaces = false;
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "spaces_between_special_tokens", &spaces));
+  if (spaces && !g->skip_special_tokens) {
+    return FieldError("spaces_between_special_tokens",
+                      "is not supported with skip_special_tokens false (gyre joins special tokens without spaces)");
+  }
+  if (chat) {
+    GYRE_RETURN_IF_ERROR(ReadBool(f, "logprobs", &g->logprobs));
+    i.reset();
+    GYRE_RETURN_IF_ERROR(ReadInt(f, "top_logprobs", 0, 20, &i));
+    if (i) g->top_logprobs = static_cast<int32_t>(*i);
+    if (g->top_logprobs > 0 && !g->logprobs) return FieldError("top_logprobs", "requires 'logprobs' to be true");
+  } else {
+    i.reset();
+    GYRE_RETURN_IF_ERROR(ReadInt(f, "logprobs", 0, 20, &i));
+    if (i) {
+      g->logprobs = true;
+      g->top_logprobs = static_cast<int32_t>(*i);
+    }
+  }
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "echo", &g->echo));
+  g->add_special_tokens = !chat;
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "add_special_tokens", &g->add_special_tokens));
+  if (const Json* id = f.Get("request_id")) {
+    if (!id->is_string() || !IsPlainId(id->get<std::string>())) {
+      return FieldError("request_id", "must be 1 to 128 visible ASCII characters");
+    }
+    g->request_id = id->get<std::string>();
+  }
   return Status::Ok();
 }
 
@@ -276,43 +257,56 @@ Status NormaliseContent(Json& msg, size_t index) {
 
 Result<ChatRequest> ParseChatRequest(std::string_view body) {
   GYRE_ASSIGN_OR_RETURN(Json o, ParseBody(body));
+  GYRE_ASSIGN_OR_RETURN(BodyFields f, BodyFields::Open(o, Endpoint::kChat));
   ChatRequest r;
-  GYRE_RETURN_IF_ERROR(ParseCommon(o, /*chat=*/true, &r.gen));
-  const Json* msgs = Get(o, "messages");
+  GYRE_RETURN_IF_ERROR(ParseCommon(f, &r.gen));
+  const Json* msgs = f.Get("messages");
   if (!msgs) return FieldError("messages", "is required");
   if (!msgs->is_array() || msgs->empty()) return FieldError("messages", "must be a non-empty array");
   r.messages = *msgs;
-  for (size_t k = 0; k < r.messages.size(); ++k) {
-    Json& m = r.messages[k];
-    const std::string field = "messages[" + std::to_string(k) + "]";
-    if (!m.is_object()) return FieldError(field, "must be an object");
-    if (!m.contains("role") || !m["role"].is_string()) return FieldError(field + ".role", "must be a string");
-    GYRE_RETURN_IF_ERROR(NormaliseContent(m, k));
-  }
-  if (const Json* t = Get(o, "tools")) {
-    if (!t->is_array()) return FieldError("tools", "must be an array");
+  GYRE_RETURN_IF_ERROR(NormaliseMessages(r.messages));
+  if (const Json* t = f.Get("tools")) {
+    GYRE_RETURN_IF_ERROR(CheckTools(*t));
     r.tools = *t;
   }
+  GYRE_RETURN_IF_ERROR(ApplyToolChoice(f.Get("tool_choice"), &r.tools));
   r.chat_template_kwargs = Json::object();
-  if (const Json* k = Get(o, "chat_template_kwargs")) {
+  if (const Json* k = f.Get("chat_template_kwargs")) {
     if (!k->is_object()) return FieldError("chat_template_kwargs", "must be an object");
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}) {
+      if (k->contains(reserved)) {
+        return FieldError(std::string("chat_template_kwargs.") + reserved, "is set by the server (use the request's own field)");
+      }
+    }
     r.chat_template_kwargs = *k;
   }
-  GYRE_RETURN_IF_ERROR(ReadBool(o, "add_generation_prompt", &r.add_generation_prompt));
+  const Json* gen_prompt = f.Get("add_generation_prompt");
+  GYRE_RETURN_IF_ERROR(ReadBool(gen_prompt, "add_generation_prompt", &r.add_generation_prompt));
+  GYRE_RETURN_IF_ERROR(ReadBool(f, "continue_final_message", &r.continue_final_message));
+  if (r.continue_final_message) {
+    // As vLLM: an explicit add_generation_prompt true conflicts; its default gives way.
+    if (gen_prompt && r.add_generation_prompt) {
+      return FieldError("continue_final_message", "cannot be combined with 'add_generation_prompt' true");
+    }
+    r.add_generation_prompt = false;
+    const Json last = r.messages.back().value("content", Json());
+    if (!last.is_string() || last.get_ref<const std::string&>().empty()) {
+      return FieldError("continue_final_message", "needs a final message with text content to continue");
+    }
+  }
+  GYRE_RETURN_IF_ERROR(f.CheckAllRead());
   return r;
 }
 
 Result<CompletionRequest> ParseCompletionRequest(std::string_view body) {
   GYRE_ASSIGN_OR_RETURN(Json o, ParseBody(body));
+  GYRE_ASSIGN_OR_RETURN(BodyFields f, BodyFields::Open(o, Endpoint::kCompletions));
   CompletionRequest r;
-  GYRE_RETURN_IF_ERROR(ParseCommon(o, /*chat=*/false, &r.gen));
-  bool echo = false;
-  GYRE_RETURN_IF_ERROR(ReadBool(o, "echo", &echo));
-  if (echo) return FieldError("echo", "is not supported");
-  if (const Json* s = Get(o, "suffix")) {
-    if (!s->is_string() || !s->get_ref<const std::string&>().empty()) return FieldError("suffix", "is not supported");
+  GYRE_RETURN_IF_ERROR(ParseCommon(f, &r.gen));
+  if (r.gen.echo && r.gen.logprobs) {
+    return FieldError("echo", "with 'logprobs' is not supported yet (the engine returns no prompt logprobs)");
   }
-  const Json* p = Get(o, "prompt");
+  const Json* p = f.Get("prompt");
   if (!p) return FieldError("prompt", "is required");
   const char* kShape = "must be a string, an array of token ids, or a one-element array of either";
   if (p->is_string()) {
@@ -337,6 +331,7 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view body) {
     return FieldError("prompt", kShape);
   }
   if (r.prompt_is_ids ? r.prompt_ids.empty() : r.prompt_text.empty()) return FieldError("prompt", "must not be empty");
+  GYRE_RETURN_IF_ERROR(f.CheckAllRead());
   return r;
 }
 

@@ -4,8 +4,8 @@
 // Requests: ParseChatRequest / ParseCompletionRequest read a body into typed records. Every
 // field error is InvalidArgument whose message starts with the field name in single quotes
 // ("'temperature' must be a number in [0, 2]"); ApiError::FromStatus turns that name into the
-// error's `param`. Unknown fields are ignored (as vLLM does); fields gyre cannot honour
-// (n > 1, penalties, logit_bias, echo, ...) are rejected, never silently dropped.
+// error's `param`. Nothing is accepted and ignored: every field is honoured or refused, unknown
+// fields included (the table of fields is in openai_fields.h, for users in docs/serve.md).
 //
 // Responses follow OpenAI's shapes exactly (chat.completion, chat.completion.chunk,
 // text_completion) so official clients parse them; the shapes are documented beside each builder.
@@ -63,19 +63,27 @@ struct GenerationRequest {
   std::optional<uint64_t> seed;        // absent: a random seed per request
   std::vector<std::string> stop;       // stop sequences (non-empty strings)
   std::vector<int32_t> stop_token_ids; // vLLM extension
+  bool include_stop_str = false;       // vLLM include_stop_str_in_output: the stop string or stop token's text stays
   bool logprobs = false;               // report the sampled token's logprob
   int32_t top_logprobs = 0;            // [0, 20] alternatives per token
   bool ignore_eos = false;             // vLLM extension: EOS does not stop generation
-  int64_t min_tokens = 0;              // vLLM extension; > 0 is rejected until the engine has it
   bool skip_special_tokens = true;     // vLLM extension: drop special tokens from the text
+  bool echo = false;                   // chat: prepend the final assistant message; completions: the prompt
+  bool add_special_tokens = false;     // vLLM extension: add the tokenizer's BOS (chat default false, else true)
+  std::string request_id;              // vLLM extension: the response id's suffix; "" = random
 };
 
 struct ChatRequest {
   GenerationRequest gen;
-  Json messages;              // array; every content normalised to a string or null
-  Json tools;                 // null when absent
+  // Array; every content normalised to a string or null, "developer" roles renamed "system",
+  // tool call arguments given as JSON text parsed to objects (as chat templates expect them).
+  Json messages;
+  Json tools;                 // null when absent or withheld (tool_choice "none")
   Json chat_template_kwargs;  // object, possibly empty (e.g. {"enable_thinking": false})
   bool add_generation_prompt = true;
+  // vLLM: the prompt ends inside the final message (its content is non-empty text), which the
+  // model continues. REQUIRES then: !add_generation_prompt.
+  bool continue_final_message = false;
 };
 
 struct CompletionRequest {
@@ -84,6 +92,9 @@ struct CompletionRequest {
   std::string prompt_text;          // when !prompt_is_ids
   std::vector<int32_t> prompt_ids;  // when prompt_is_ids (range checked later, against the vocab)
 };
+
+// InvalidArgument "'<field>' <what>": the convention every field error follows.
+Status FieldError(std::string_view field, std::string_view what);
 
 // Errors: InvalidArgument (malformed JSON, a missing, mistyped or out-of-range field, or a
 // feature gyre does not support); the message names the field.

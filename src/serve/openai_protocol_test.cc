@@ -33,7 +33,7 @@ TEST(ParseChat, AllSamplingFields) {
       "top_k": 40, "min_p": 0.05, "seed": 123, "stop": ["a", "bc"], "logprobs": true, "top_logprobs": 3,
       "ignore_eos": true, "stop_token_ids": [5, 6], "n": 1, "frequency_penalty": 0, "presence_penalty": 0.0,
       "tools": [{"type": "function", "function": {"name": "f"}}], "chat_template_kwargs": {"enable_thinking": false},
-      "user": "ignored", "some_unknown_field": 1})");
+      "user": "recorded nowhere", "some_unknown_field": null})");
   ASSERT_TRUE(r.ok()) << r.error().ToString();
   const GenerationRequest& g = r->gen;
   EXPECT_TRUE(g.stream);
@@ -112,6 +112,86 @@ TEST(ParseChat, FieldErrorsNameTheField) {
   EXPECT_EQ(ErrorParam(ParseChatRequest(R"({"messages": [{"content": "x"}]})")), "messages[0].role");
 }
 
+TEST(ParseChat, UnknownFieldsAreRefusedNotIgnored) {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  auto r = ParseChatRequest("{" + m + R"(, "frobnicate": 1})");
+  EXPECT_EQ(ErrorParam(r), "frobnicate");
+  EXPECT_NE(r.error().message().find("not a request field"), std::string::npos) << r.error().message();
+  auto other = ParseChatRequest("{" + m + R"(, "suffix": "x"})");
+  EXPECT_EQ(ErrorParam(other), "suffix");
+  EXPECT_NE(other.error().message().find("/v1/completions"), std::string::npos) << other.error().message();
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "max_completion_tokens": 3})")),
+            "max_completion_tokens");
+  EXPECT_EQ(ErrorParam(ParseChatRequest("{" + m + R"(, "stream": true, "stream_options": {"x": true}})")),
+            "stream_options.x");
+  EXPECT_TRUE(ParseChatRequest("{" + m + R"(, "frobnicate": null})").ok());  // null is "unset"
+}
+
+TEST(ParseChat, RolesAndToolCalls) {
+  auto r = ParseChatRequest(R"({"messages": [{"role": "developer", "content": "be brief"},
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]})");
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_EQ(r->messages[0]["role"], "system");
+  const Json& args = r->messages[2]["tool_calls"][0]["function"]["arguments"];
+  ASSERT_TRUE(args.is_object());
+  EXPECT_EQ(args.dump(), R"({"city":"Paris","days":2})");  // key order kept
+  EXPECT_EQ(r->messages[3]["role"], "tool");
+  EXPECT_EQ(r->messages[3]["tool_call_id"], "c1");
+  auto bad = [](const std::string& msgs) { return ErrorParam(ParseChatRequest(R"({"messages": )" + msgs + "}")); };
+  EXPECT_EQ(bad(R"([{"role": "user", "content": "x"}, {"role": "function", "content": "y"}])"), "messages[1].role");
+  EXPECT_EQ(bad(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{nope"}}]}])"),
+            "messages[0].tool_calls[0].function.arguments");
+  EXPECT_EQ(bad(R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}])"),
+            "messages[0].tool_calls[0].function.name");
+  EXPECT_EQ(bad(R"([{"role": "user", "content": "x", "tool_calls": []}])"), "messages[0].tool_calls");
+}
+
+TEST(ParseChat, ToolsAndToolChoice) {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}], )";
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  auto parse = [&](const std::string& extra) { return ParseChatRequest("{" + m + extra + "}"); };
+  auto none = parse(tools + R"(, "tool_choice": "none")");
+  ASSERT_TRUE(none.ok()) << none.error().ToString();
+  EXPECT_TRUE(none->tools.is_null());  // withheld from the template
+  auto aut = parse(tools + R"(, "tool_choice": "auto")");
+  ASSERT_TRUE(aut.ok()) << aut.error().ToString();
+  EXPECT_EQ(aut->tools.size(), 1u);
+  auto named = [&](const std::string& name) {
+    return parse(tools + R"(, "tool_choice": {"type": "function", "function": {"name": ")" + name + R"("}})");
+  };
+  auto missing = named("g");
+  EXPECT_EQ(ErrorParam(missing), "tool_choice");
+  EXPECT_NE(missing.error().message().find("'g', which is not in 'tools'"), std::string::npos);
+  auto known = named("f");
+  EXPECT_EQ(ErrorParam(known), "tool_choice");
+  EXPECT_NE(known.error().message().find("constrained decoding"), std::string::npos);
+  EXPECT_EQ(ErrorParam(parse(tools + R"(, "tool_choice": "required")")), "tool_choice");
+  EXPECT_EQ(ErrorParam(parse(R"("tool_choice": "auto")")), "tool_choice");  // no tools
+  EXPECT_EQ(ErrorParam(parse(R"("tools": [{"type": "function", "function": {"name": ""}}])")), "tools[0].function.name");
+  EXPECT_EQ(ErrorParam(parse(R"("tools": [{"type": "custom", "function": {"name": "f"}}])")), "tools[0].type");
+  EXPECT_EQ(ErrorParam(parse(R"("tools": [{"function": {"name": "f", "parameters": []}}])")),
+            "tools[0].function.parameters");
+  EXPECT_EQ(ErrorParam(parse(R"("tools": [{"function": {"name": "f", "strict": true}}])")), "tools[0].function.strict");
+}
+
+TEST(ParseChat, ContinueFinalMessage) {
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Once"}])";
+  auto r = ParseChatRequest("{" + m + R"(, "continue_final_message": true})");
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_TRUE(r->continue_final_message);
+  EXPECT_FALSE(r->add_generation_prompt);  // the default gives way, as in vLLM
+  EXPECT_EQ(ErrorParam(ParseChatRequest("{" + m + R"(, "continue_final_message": true, "add_generation_prompt": true})")),
+            "continue_final_message");
+  EXPECT_EQ(ErrorParam(ParseChatRequest(
+                R"({"messages": [{"role": "assistant", "content": null}], "continue_final_message": true})")),
+            "continue_final_message");
+  EXPECT_EQ(ErrorParam(ParseChatRequest("{" + m + R"(, "chat_template_kwargs": {"add_generation_prompt": true}})")),
+            "chat_template_kwargs.add_generation_prompt");
+}
+
 TEST(ParseChat, MalformedBody) {
   auto r = ParseChatRequest("{not json");
   ASSERT_FALSE(r.ok());
@@ -155,7 +235,7 @@ TEST(ParseCompletion, LegacyLogprobsAndExtensions) {
   EXPECT_TRUE(z->gen.logprobs);
   EXPECT_EQ(z->gen.top_logprobs, 0);
   EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "logprobs": true})")), "logprobs");
-  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "echo": true})")), "echo");
+  EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "echo": true, "logprobs": 1})")), "echo");
   EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "best_of": 3})")), "best_of");
   EXPECT_EQ(ErrorParam(ParseCompletionRequest(R"({"prompt": "x", "suffix": "y"})")), "suffix");
 }

@@ -44,6 +44,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     int64_t prompt_tokens = 0;
     Clock::time_point arrival;
     OutputOptions output;
+    std::string echo;  // sent before the generated text
   };
 
   GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
@@ -61,6 +62,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     if (s_.chat) {
       Write(ChatChunk(s_.meta, Json{{"role", "assistant"}, {"content", ""}}, nullptr, "", s_.include_usage));
     }
+    if (!s_.echo.empty()) SendDelta(TextOutput::Delta{s_.echo, Json(), false});
   }
 
   void OnToken(const TokenEvent& ev) {
@@ -131,10 +133,11 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
       ex_->Write(std::string(kSseDone));
       ex_->EndStream();
     } else if (s_.chat) {
-      RespondJson(*ex_, ChatResponse(s_.meta, out_.text(), out_.logprobs(), finish_reason, s_.prompt_tokens, completion));
+      RespondJson(*ex_, ChatResponse(s_.meta, s_.echo + out_.text(), out_.logprobs(), finish_reason, s_.prompt_tokens,
+                                     completion));
     } else {
-      RespondJson(*ex_,
-                  CompletionResponse(s_.meta, out_.text(), out_.logprobs(), finish_reason, s_.prompt_tokens, completion));
+      RespondJson(*ex_, CompletionResponse(s_.meta, s_.echo + out_.text(), out_.logprobs(), finish_reason,
+                                           s_.prompt_tokens, completion));
     }
     cfg_.metrics->CountFinished(finish_reason);
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
@@ -199,34 +202,52 @@ Result<std::vector<int32_t>> OpenAiServing::ChatPromptIds(const ChatRequest& r) 
   Json ctx = Json::object();
   ctx["messages"] = r.messages;
   if (!r.tools.is_null()) ctx["tools"] = r.tools;
-  ctx["add_generation_prompt"] = r.add_generation_prompt;
+  ctx["add_generation_prompt"] = r.add_generation_prompt;  // false with continue_final_message
   const TokenizerConfig& tc = cfg_.tokenizer_config;
   ctx["bos_token"] = tc.bos_token ? Json(*tc.bos_token) : Json("");
   ctx["eos_token"] = tc.eos_token ? Json(*tc.eos_token) : Json("");
-  for (const auto& [k, v] : r.chat_template_kwargs.items()) {
-    if (k == "messages" || k == "tools") continue;
-    ctx[k] = v;
-  }
+  for (const auto& [k, v] : r.chat_template_kwargs.items()) ctx[k] = v;  // reserved keys were refused
   auto text = cfg_.render_chat(ctx);
   if (!text.ok()) return Status::InvalidArgument("the chat template failed: " + text.error().message());
-  auto ids = cfg_.tokenizer->Encode(*text, /*parse_special=*/true);
-  if (!ids.ok()) return Status::InvalidArgument("'messages' cannot be tokenized: " + ids.error().message());
-  if (ids->empty()) return Status::InvalidArgument("'messages' render to an empty prompt");
-  return std::move(*ids);
+  if (r.continue_final_message) {
+    GYRE_ASSIGN_OR_RETURN(*text, CutAfterFinalMessage(*text, r.messages.back()["content"].get<std::string>()));
+  }
+  return TextPromptIds(*text, r.gen.add_special_tokens, "messages");
 }
 
 Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const CompletionRequest& r) const {
   if (r.prompt_is_ids) return r.prompt_ids;
-  auto ids = cfg_.tokenizer->Encode(r.prompt_text, /*parse_special=*/true);
-  if (!ids.ok()) return Status::InvalidArgument("'prompt' cannot be tokenized: " + ids.error().message());
+  return TextPromptIds(r.prompt_text, r.gen.add_special_tokens, "prompt");
+}
+
+Result<std::vector<int32_t>> OpenAiServing::TextPromptIds(const std::string& text, bool add_bos,
+                                                          const char* field) const {
+  auto ids = cfg_.tokenizer->Encode(text, /*parse_special=*/true);
+  if (!ids.ok()) return FieldError(field, "cannot be tokenized: " + ids.error().message());
   std::vector<int32_t> out;
   const TokenizerConfig& tc = cfg_.tokenizer_config;
-  if (tc.add_bos_token && tc.bos_token) {
+  if (add_bos && tc.add_bos_token && tc.bos_token) {
     if (auto bos = cfg_.tokenizer->TokenToId(*tc.bos_token)) out.push_back(*bos);
   }
   out.insert(out.end(), ids->begin(), ids->end());
-  if (out.empty()) return Status::InvalidArgument("'prompt' tokenizes to nothing");
+  if (out.empty()) return FieldError(field, "tokenizes to nothing");
   return out;
+}
+
+Result<std::string> CutAfterFinalMessage(const std::string& rendered, const std::string& content) {
+  constexpr const char* kSpace = " \t\n\r\f\v";
+  const size_t first = content.find_first_not_of(kSpace);
+  const size_t last = content.find_last_not_of(kSpace);
+  const std::string stripped = first == std::string::npos ? "" : content.substr(first, last - first + 1);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos) {
+    return FieldError("continue_final_message",
+                      "cannot be honoured: the chat template does not render the final message's text as sent");
+  }
+  const std::string lstripped = first == std::string::npos ? "" : content.substr(first);
+  // As transformers: keep the message's trailing whitespace if the template kept it.
+  const bool kept = rendered.compare(at, lstripped.size(), content) == 0;
+  return rendered.substr(0, at + (kept ? lstripped.size() : stripped.size()));
 }
 
 Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequest& g,
@@ -295,11 +316,22 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   s.chat = chat;
   s.stream = g.stream;
   s.include_usage = g.include_usage;
-  s.meta = ResponseMeta{NewResponseId(chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
-                        cfg_.served_model_name};
+  const char* prefix = chat ? "chatcmpl-" : "cmpl-";
+  s.meta = ResponseMeta{g.request_id.empty() ? NewResponseId(prefix) : prefix + g.request_id,
+                        static_cast<int64_t>(std::time(nullptr)), cfg_.served_model_name};
   s.prompt_tokens = n_prompt;
   s.arrival = arrival;
-  s.output = OutputOptions{chat, g.logprobs, g.top_logprobs, g.skip_special_tokens, g.stop};
+  s.output = OutputOptions{.chat = chat,
+                           .logprobs = g.logprobs,
+                           .top_logprobs = g.top_logprobs,
+                           .skip_special = g.skip_special_tokens,
+                           .stop = g.stop,
+                           .include_stop_str = g.include_stop_str,
+                           .stop_token_ids = g.stop_token_ids};
+  if (!g.ignore_eos) {
+    s.output.stop_token_ids.insert(s.output.stop_token_ids.end(), cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end());
+  }
+  s.echo = std::move(request.echo);
   auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
   auto submitted = cfg_.engine->Submit(std::move(*params), std::make_shared<RunSink>(run, ex));
   if (!submitted.ok()) {
@@ -317,10 +349,23 @@ Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_vi
   if (chat) {
     GYRE_ASSIGN_OR_RETURN(ChatRequest r, ParseChatRequest(body));
     GYRE_ASSIGN_OR_RETURN(p.prompt, ChatPromptIds(r));
+    // vLLM's chat echo: the final message's content when it has the answer's role.
+    const Json& last = r.messages.back();
+    const Json content = last.value("content", Json());
+    if (r.gen.echo && last["role"] == "assistant" && content.is_string()) p.echo = content;
     p.gen = std::move(r.gen);
   } else {
     GYRE_ASSIGN_OR_RETURN(CompletionRequest r, ParseCompletionRequest(body));
     GYRE_ASSIGN_OR_RETURN(p.prompt, CompletionPromptIds(r));
+    if (r.gen.echo) {
+      if (!r.prompt_is_ids) {
+        p.echo = r.prompt_text;
+      } else {
+        auto text = cfg_.tokenizer->Decode(r.prompt_ids);
+        if (!text.ok()) return FieldError("prompt", text.error().message());
+        p.echo = std::move(*text);
+      }
+    }
     p.gen = std::move(r.gen);
   }
   return p;

@@ -41,7 +41,16 @@ struct ServingConfig {
   std::string served_model_name;
   ServeMetrics* metrics = nullptr;       // borrowed
   int64_t default_completion_max_tokens = 16;  // /v1/completions without max_tokens (OpenAI's 16)
+  // The model's EOS ids. A finishing EOS or stop_token_ids token adds no text unless the request
+  // sets include_stop_str_in_output (vLLM's rule).
+  std::vector<int32_t> eos_token_ids;
 };
+
+// transformers' continue_final_message: `rendered` (a conversation rendered without a generation
+// prompt) cut right after the last occurrence of `content` (the final message's text), so the
+// model continues that message; trailing whitespace the template trimmed stays trimmed.
+// InvalidArgument naming continue_final_message when the template did not render `content`.
+Result<std::string> CutAfterFinalMessage(const std::string& rendered, const std::string& content);
 
 class OpenAiServing {
  public:
@@ -52,6 +61,7 @@ class OpenAiServing {
     bool chat = true;
     GenerationRequest gen;
     std::vector<int32_t> prompt;
+    std::string echo;  // text the answer starts with (echo): the final assistant message, or the prompt
   };
   // Parses a /v1/chat/completions (`chat`) or /v1/completions body and builds its prompt ids.
   // Errors: InvalidArgument naming the field. Any thread.
@@ -69,6 +79,9 @@ class OpenAiServing {
   const ServingConfig& config() const { return cfg_; }
 
  private:
+  // Tokenizes prompt text (special tokens parsed), with the tokenizer's BOS first when `add_bos`
+  // and its config asks for one. InvalidArgument naming `field`.
+  Result<std::vector<int32_t>> TextPromptIds(const std::string& text, bool add_bos, const char* field) const;
   // Validates the model name and the context length and fills the engine parameters.
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
 

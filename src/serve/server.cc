@@ -85,6 +85,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   sc.served_model_name = s->opts_.served_model_name;
   sc.metrics = s->metrics_.get();
   sc.default_completion_max_tokens = s->opts_.default_completion_max_tokens;
+  sc.eos_token_ids = s->deps_.engine->config().eos_token_ids;
   s->serving_ = std::make_unique<OpenAiServing>(std::move(sc));
   s->prepare_pool_ = std::make_unique<WorkPool>(s->opts_.num_prepare_threads, s->opts_.max_queued_prepares);
   HttpServerOptions ho = s->opts_.http;

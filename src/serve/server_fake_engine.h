@@ -13,8 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -37,7 +35,10 @@ struct FakeEngineOptions {
 
 class FakeEngine final : public Engine {
  public:
-  explicit FakeEngine(FakeEngineOptions o = {}) : o_(std::move(o)) {}
+  explicit FakeEngine(FakeEngineOptions o = {}) : o_(std::move(o)) {
+    config_.eos_token_ids = o_.eos_ids;
+    config_.vocab_size = o_.vocab_size;
+  }
   ~FakeEngine() override { Stop(); }
 
   Status Start() override {
@@ -104,10 +105,8 @@ class FakeEngine final : public Engine {
     return s;
   }
 
-  const ModelConfig& config() const override {
-    std::fprintf(stderr, "FakeEngine::config() is not available\n");
-    std::abort();
-  }
+  // Only eos_token_ids and vocab_size are meaningful.
+  const ModelConfig& config() const override { return config_; }
 
   // --- for assertions ---
   std::vector<RequestId> cancelled() const {
@@ -187,6 +186,7 @@ class FakeEngine final : public Engine {
   }
 
   const FakeEngineOptions o_;
+  ModelConfig config_;  // constant after construction
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::thread thread_;

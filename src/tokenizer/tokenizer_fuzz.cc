@@ -8,12 +8,9 @@
 //   * Decode's output is valid UTF-8 and equals the concatenated StreamDecoder output;
 //   * Decode of ids drawn from the input bytes succeeds (they are in range).
 //
-// Build (clang):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I src \
-//     src/tokenizer/tokenizer_fuzz.cc $(ls src/tokenizer/*.cc src/core/*.cc | grep -v _test | \
-//     grep -v _fuzz) $(pkg-config --cflags --libs libpcre2-8 libutf8proc) -o /tmp/tokenizer_fuzz
-// Seed corpus: small byte-level tokenizer.json files (GPT-2 ByteLevel regex; Split + ByteLevel;
-// added tokens with lstrip/rstrip; NFC), e.g. the ones tokenizer_test.cc builds with MakeJson().
+// Run: scripts/fuzz.sh. Seeds (src/tokenizer/testdata/fuzz_tokenizer/): small byte-level
+// tokenizer.json files (GPT-2 ByteLevel regex; Split + ByteLevel; added tokens with lstrip/rstrip;
+// NFC), shaped like the ones tokenizer_test.cc builds with MakeJson(), one followed by a text.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -256,6 +256,43 @@ test('400: malformed JSON, bad field (named), context too long (with the numbers
   assert.equal(c.code, 'context_length_exceeded');
 });
 
+test('request fields: honoured or refused by name, never ignored (docs/serve.md)', async () => {
+  // What the client sends for a developer message and metadata-only fields is accepted.
+  const ok = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'developer', content: 'Be brief.' }, ...messages], max_tokens: 3,
+    user: 'u-1', metadata: { k: 'v' }, store: false, n: 1, parallel_tool_calls: true, stream_options: null,
+  });
+  assert.equal(ok.choices.length, 1);
+  // Refusals name the field in `param`, through the client's APIError.
+  const refused = [
+    [{ response_format: { type: 'json_object' } }, 'response_format'],
+    [{ reasoning_effort: 'low' }, 'reasoning_effort'],
+    [{ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' }, 'tool_choice'],
+    [{ tools: [{ type: 'function', function: { name: 'f' } }],
+       tool_choice: { type: 'function', function: { name: 'g' } } }, 'tool_choice'],
+    [{ tools: [{ type: 'function', function: {} }] }, 'tools[0].function.name'],
+    [{ guided_choice: ['a', 'b'] }, 'guided_choice'],
+    [{ frobnicate: 1 }, 'frobnicate'],
+    [{ messages: [{ role: 'function', name: 'f', content: 'x' }] }, 'messages[0].role'],
+  ];
+  for (const [extra, param] of refused) {
+    const e = await expectApiError(400, () => client.chat.completions.create({ model: MODEL, messages, ...extra }));
+    assert.equal(e.param, param, `${JSON.stringify(extra)}: ${e.message}`);
+  }
+  // include_stop_str_in_output keeps the matched stop string, streamed or not.
+  const req = { model: MODEL, prompt: 'Stop here:', max_tokens: 24, temperature: 0, ignore_eos: true };
+  const full = (await client.completions.create(req)).choices[0].text;
+  const chars = [...full];
+  const stop = chars.slice(Math.floor(chars.length / 2), Math.floor(chars.length / 2) + 3).join('');
+  const upto = full.slice(0, full.indexOf(stop) + stop.length);
+  const kept = await client.completions.create({ ...req, stop: [stop], include_stop_str_in_output: true });
+  assert.equal(kept.choices[0].text, upto);
+  let streamed = '';
+  for await (const c of await client.completions.create({ ...req, stop: [stop], include_stop_str_in_output: true,
+    stream: true })) streamed += c.choices[0].text;
+  assert.equal(streamed, upto);
+});
+
 test('404 unknown model and route, 405 wrong method, 413 body too large', async () => {
   const e = await expectApiError(404, () => client.chat.completions.create({ model: 'no-such-model', messages }));
   assert.match(e.message, /no-such-model/);

@@ -9,16 +9,18 @@
 #include "ops/cuda/kda_kernels.h"
 
 namespace gyre::cuda {
-namespace {
 
-constexpr int kChunk = internal::kKdaChunk;
-
-Status CheckHeadDim(int head_dim) {
+Status CheckKdaHeadDim(int head_dim) {
   if (head_dim < 4 || head_dim % 4 != 0 || KdaPaddedHeadDim(head_dim) == 0)
     return Status::InvalidArgument("kda: head_dim " + std::to_string(head_dim) +
                                    " unsupported (need a multiple of 4 in [4, 128])");
   return Status::Ok();
 }
+
+namespace {
+
+constexpr int kChunk = internal::kKdaChunk;
+
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
@@ -45,7 +47,7 @@ int64_t NumChunks(const std::vector<int64_t>& cu) {
 // ---- recurrent -----------------------------------------------------------------------------------
 
 Status KdaRecurrent(const KdaRecurrentParams& p, cudaStream_t stream, KdaRecurrentConfig cfg) {
-  GYRE_RETURN_IF_ERROR(CheckHeadDim(p.head_dim));
+  GYRE_RETURN_IF_ERROR(CheckKdaHeadDim(p.head_dim));
   if (p.num_seqs < 0 || p.num_seqs > 65535) return Status::InvalidArgument("kda.recurrent: num_seqs out of [0, 65535]");
   if (p.num_tokens < 1) return Status::InvalidArgument("kda.recurrent: num_tokens must be >= 1");
   if (p.num_heads < 1 || p.num_heads > 65535) return Status::InvalidArgument("kda.recurrent: num_heads out of range");
@@ -77,7 +79,7 @@ size_t KdaChunkWorkspaceBytes(const std::vector<int64_t>& cu_seqlens, int num_he
 }
 
 Status KdaChunk(const KdaChunkParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  GYRE_RETURN_IF_ERROR(CheckHeadDim(p.head_dim));
+  GYRE_RETURN_IF_ERROR(CheckKdaHeadDim(p.head_dim));
   const auto& cu = p.cu_seqlens;
   if (cu.size() < 2 || cu[0] != 0) return Status::InvalidArgument("kda.chunk: cu_seqlens must start at 0 with N+1 >= 2 entries");
   const int64_t n = static_cast<int64_t>(cu.size()) - 1;

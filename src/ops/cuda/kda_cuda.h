@@ -52,6 +52,10 @@ struct KdaRecurrentConfig {
 };
 
 // Enqueues one launch. Returns InvalidArgument for bad shapes or an unsupported config.
+// Ok for a head dimension the KDA kernels support (a multiple of 4 in [4, 128]), else
+// InvalidArgument saying so.
+Status CheckKdaHeadDim(int head_dim);
+
 Status KdaRecurrent(const KdaRecurrentParams& p, cudaStream_t stream, KdaRecurrentConfig cfg = {});
 
 // ---- chunked (prefill) -------------------------------------------------------------------------

@@ -91,6 +91,9 @@ MlaPlan PlanMla(const MlaDims& d, int64_t num_tokens, int64_t max_keys, int grou
   return p;
 }
 
+
+}  // namespace
+
 Status CheckMlaDims(const MlaDims& d) {
   const auto bad = [](const std::string& m) { return Status::InvalidArgument("mla.attention: " + m); };
   if (d.num_heads < 1 || d.num_heads > 65535) return bad("num_heads out of [1, 65535]");
@@ -112,8 +115,6 @@ Status CheckIndexerDims(const IndexerDims& d) {
   if (d.topk < 0 || d.topk >= (int64_t(1) << 30)) return bad("topk out of range");
   return Status::Ok();
 }
-
-}  // namespace
 
 // ---- cache write and pooled keys ------------------------------------------------------------------
 

@@ -57,6 +57,11 @@ struct IndexerDims {
 // Capacity of one token's selection list: topk + m − 1 (the chosen pools' tokens plus the tail).
 inline int64_t IndexerSelCap(const IndexerDims& d) { return d.topk + d.kpool - 1; }
 
+// The shapes the kernels support: Ok, or InvalidArgument naming the dimension and its limit.
+// CudaModel checks a config with them at load (CheckGpuConfig), so a model they cannot run is
+// refused before anything is allocated.
+Status CheckIndexerDims(const IndexerDims& d);
+
 size_t IndexerWorkspaceBytes(const IndexerDims& d, int64_t num_tokens, int64_t max_context);
 
 // ops::IndexerSelect for every token of the batch: q_idx [num_tokens, Hi, di], w [num_tokens, Hi]
@@ -71,6 +76,8 @@ struct MlaDims {
   int64_t num_heads = 0, nope = 0, rope = 0, v = 0, kv_lora = 0;
   float scale = 1.0f;  // qk_head_dim^{-1/2}
 };
+// The MLA kernels' shape limits: Ok, or InvalidArgument naming the dimension (CheckGpuConfig).
+Status CheckMlaDims(const MlaDims& d);
 
 size_t MlaWorkspaceBytes(const MlaDims& d, int64_t num_tokens, int64_t max_context);
 

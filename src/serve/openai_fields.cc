@@ -1,0 +1,219 @@
+// The field table (sections: OpenAI's fields, vLLM's sampling extensions, vLLM's other extensions),
+// then BodyFields.
+#include "serve/openai_fields.h"
+
+#include <algorithm>
+
+namespace gyre::serve {
+
+namespace {
+
+constexpr uint8_t kC = static_cast<uint8_t>(Endpoint::kChat);
+constexpr uint8_t kP = static_cast<uint8_t>(Endpoint::kCompletions);
+constexpr uint8_t kBoth = kC | kP;
+constexpr FieldUse kHon = FieldUse::kHonoured, kDef = FieldUse::kDefaultOnly, kUnu = FieldUse::kUnused,
+                   kRef = FieldUse::kRefused;
+
+constexpr std::string_view kNeedsGrammar = "is not supported yet: it needs constrained decoding";
+
+constexpr RequestField kFields[] = {
+    // ---- OpenAI ----
+    {"model", kBoth, kHon, "", "must be the served model name (404 otherwise); may be omitted"},
+    {"messages", kC, kHon, "", "the conversation, rendered by the chat template"},
+    {"prompt", kP, kHon, "", "a string, token ids, or a one-element array of either"},
+    {"stream", kBoth, kHon, "", "server-sent events"},
+    {"stream_options", kBoth, kHon, "",
+     "include_usage is honoured; continuous_usage_stats and include_obfuscation are refused when true"},
+    {"max_tokens", kBoth, kHon, "", "completion length limit"},
+    {"max_completion_tokens", kC, kHon, "", "completion length limit (wins over max_tokens)"},
+    {"temperature", kBoth, kHon, "", "in [0, 2]; 0 is greedy"},
+    {"top_p", kBoth, kHon, "", "in (0, 1]"},
+    {"seed", kBoth, kHon, "", "a fixed seed gives the same text; absent: a random seed"},
+    {"stop", kBoth, kHon, "", "stop strings, matched on the text (excluded unless include_stop_str_in_output)"},
+    {"logprobs", kBoth, kHon, "", "chat: a boolean; completions: the number of alternatives (0 to 20)"},
+    {"top_logprobs", kC, kHon, "", "alternatives per token (0 to 20); needs logprobs true"},
+    {"echo", kBoth, kHon, "",
+     "chat: the final assistant message is prepended to the answer; completions: the prompt is "
+     "prepended (refused together with logprobs)"},
+    {"tools", kC, kHon, "", "validated, then given to the chat template (withheld when tool_choice is 'none')"},
+    {"tool_choice", kC, kHon, "",
+     "'auto' and 'none' are honoured; 'required' and a named function are refused (constrained decoding)"},
+    {"n", kBoth, kDef, "[1]", "is not supported yet (only 1): one choice per request"},
+    {"best_of", kBoth, kDef, "[1]", "is not supported yet (only 1): one choice per request"},
+    {"frequency_penalty", kBoth, kDef, "[0]", "is not supported yet (only 0)"},
+    {"presence_penalty", kBoth, kDef, "[0]", "is not supported yet (only 0)"},
+    {"logit_bias", kBoth, kDef, "[{}]", "is not supported yet (only {})"},
+    {"response_format", kBoth, kDef, R"([{"type": "text"}])",
+     "is not supported yet (only {\"type\": \"text\"}): json_object and json_schema need constrained decoding"},
+    {"suffix", kP, kDef, R"([""])", "is not supported (only \"\"): the models have no fill-in-the-middle format"},
+    {"parallel_tool_calls", kC, kDef, "[true]",
+     "is not supported yet (only true): gyre cannot limit the model to one tool call"},
+    {"store", kC, kDef, "[false]", "is not supported (only false): gyre stores no completions"},
+    {"service_tier", kC, kDef, R"(["auto", "default"])", "is not supported (only 'auto' or 'default'): gyre has one tier"},
+    {"modalities", kC, kDef, R"([["text"]])", "is not supported (only [\"text\"])"},
+    {"metadata", kC, kUnu, "object", "stored nowhere (gyre keeps no completions and writes no request log)"},
+    {"user", kBoth, kUnu, "string", "recorded nowhere (gyre writes no request log)"},
+    {"safety_identifier", kC, kUnu, "string", "recorded nowhere (gyre writes no request log)"},
+    {"prompt_cache_key", kC, kUnu, "string", "a cache-routing hint; gyre has no prompt cache, so nothing to route"},
+    {"prompt_cache_retention", kC, kUnu, "string", "gyre has no prompt cache, so it retains nothing"},
+    {"prompt_cache_options", kC, kUnu, "object", "gyre has no prompt cache, so it has no breakpoints to place"},
+    {"reasoning_effort", kC, kRef,  "",
+     "is not supported: the model has no effort levels (chat_template_kwargs {\"enable_thinking\": false} turns "
+     "thinking off)"},
+    {"verbosity", kC, kRef, "", "is not supported: the model has no verbosity control"},
+    {"audio", kC, kRef, "", "is not supported: gyre generates text only"},
+    {"prediction", kC, kRef, "", "is not supported: gyre has no predicted-output decoding"},
+    {"web_search_options", kC, kRef, "", "is not supported: gyre has no web search"},
+    {"moderation", kC, kRef, "", "is not supported: gyre runs no moderation"},
+    {"functions", kC, kRef, "", "is not supported (deprecated by OpenAI): use 'tools'"},
+    {"function_call", kC, kRef, "", "is not supported (deprecated by OpenAI): use 'tool_choice'"},
+    // ---- vLLM: sampling ----
+    {"top_k", kBoth, kHon, "", "0 or -1 is off"},
+    {"min_p", kBoth, kHon, "", "in [0, 1]"},
+    {"stop_token_ids", kBoth, kHon, "", "token ids that end the completion (their text excluded unless "
+     "include_stop_str_in_output)"},
+    {"include_stop_str_in_output", kBoth, kHon, "", "the matched stop string (or stop token's text) stays in the text"},
+    {"ignore_eos", kBoth, kHon, "", "EOS does not end the completion"},
+    {"skip_special_tokens", kBoth, kHon, "", "special tokens add no text (default true)"},
+    {"spaces_between_special_tokens", kBoth, kHon, "",
+     "false joins special tokens without spaces (what gyre does); true is refused with skip_special_tokens false"},
+    {"repetition_penalty", kBoth, kDef, "[1]", "is not supported yet (only 1)"},
+    {"min_tokens", kBoth, kDef, "[0]", "is not supported yet (only 0; 'ignore_eos' is there)"},
+    {"use_beam_search", kBoth, kDef, "[false]", "is not supported (only false): gyre has no beam search"},
+    {"length_penalty", kBoth, kDef, "[1]", "is not supported (only 1): it applies to beam search"},
+    {"bad_words", kBoth, kDef, "[[]]", "is not supported yet (only []): it needs logit masking"},
+    {"allowed_token_ids", kBoth, kRef, "", "is not supported yet: it needs logit masking"},
+    {"truncate_prompt_tokens", kBoth, kRef, "", "is not supported yet"},
+    {"prompt_logprobs", kBoth, kRef, "", "is not supported yet: the engine returns no prompt logprobs"},
+    {"logits_processors", kBoth, kRef, "", "is not supported: gyre loads no logits processors"},
+    // ---- vLLM: other extensions ----
+    {"add_generation_prompt", kC, kHon, "", "end the prompt with an open assistant turn (default true)"},
+    {"continue_final_message", kC, kHon, "",
+     "the prompt ends inside the final message, which the model continues (refused with add_generation_prompt true)"},
+    {"add_special_tokens", kBoth, kHon, "",
+     "add the tokenizer's BOS (when its config asks for one); default false for chat, true for completions"},
+    {"chat_template_kwargs", kC, kHon, "",
+     "extra chat template variables (e.g. enable_thinking); messages, tools, add_generation_prompt, bos_token "
+     "and eos_token are refused there"},
+    {"request_id", kBoth, kHon, "", "the response id becomes chatcmpl-<id> / cmpl-<id>"},
+    {"priority", kBoth, kDef, "[0]", "is not supported (only 0): gyre schedules first come, first served"},
+    {"include_reasoning", kC, kDef, "[true]",
+     "is not supported (only true): gyre has no reasoning parser, reasoning stays in the content"},
+    {"return_tokens_as_token_ids", kBoth, kDef, "[false]", "is not supported yet (only false)"},
+    {"return_token_ids", kBoth, kDef, "[false]", "is not supported yet (only false)"},
+    {"cache_salt", kBoth, kUnu, "string", "gyre has no prefix cache, so there is nothing to salt"},
+    {"chat_template", kC, kRef, "", "is not supported: start the server with --chat-template"},
+    {"documents", kC, kRef, "",
+     "is not supported: the bundled template has no documents; pass them in chat_template_kwargs if yours does"},
+    {"mm_processor_kwargs", kC, kRef, "", "is not supported: gyre serves text only"},
+    {"media_io_kwargs", kC, kRef, "", "is not supported: gyre serves text only"},
+    {"prompt_embeds", kP, kRef, "", "is not supported: prompts are text or token ids"},
+    {"guided_json", kBoth, kRef, "", kNeedsGrammar},
+    {"guided_regex", kBoth, kRef, "", kNeedsGrammar},
+    {"guided_choice", kBoth, kRef, "", kNeedsGrammar},
+    {"guided_grammar", kBoth, kRef, "", kNeedsGrammar},
+    {"guided_decoding_backend", kBoth, kRef, "", kNeedsGrammar},
+    {"guided_whitespace_pattern", kBoth, kRef, "", kNeedsGrammar},
+    {"structural_tag", kBoth, kRef, "", kNeedsGrammar},
+    {"structured_outputs", kBoth, kRef, "", kNeedsGrammar},
+    {"kv_transfer_params", kBoth, kRef, "", "is not supported: gyre serve runs no disaggregated prefill"},
+    {"vllm_xargs", kBoth, kRef, "", "is not supported: gyre has no request extensions"},
+};
+
+bool Has(const RequestField& f, Endpoint e) { return (f.endpoints & static_cast<uint8_t>(e)) != 0; }
+
+// kDefaultOnly rows' accepted values, parsed once (same order as kFields).
+const std::vector<Json>& AcceptedValues() {
+  static const std::vector<Json> values = [] {
+    std::vector<Json> v;
+    for (const RequestField& f : kFields) {
+      if (f.use != kDef) {
+        v.emplace_back();
+        continue;
+      }
+      v.push_back(Json::parse(f.values, nullptr, /*allow_exceptions=*/false));
+      GYRE_CHECK(v.back().is_array());  // a malformed row is a programming error
+    }
+    return v;
+  }();
+  return values;
+}
+
+bool HasType(const Json& v, std::string_view type) { return type == "string" ? v.is_string() : v.is_object(); }
+
+}  // namespace
+
+const char* EndpointPath(Endpoint e) { return e == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions"; }
+
+const char* FieldUseName(FieldUse u) {
+  switch (u) {
+    case FieldUse::kHonoured: return "honoured";
+    case FieldUse::kDefaultOnly: return "default only";
+    case FieldUse::kUnused: return "unused";
+    case FieldUse::kRefused: return "refused";
+  }
+  return "?";
+}
+
+std::span<const RequestField> RequestFields() { return kFields; }
+
+const RequestField* FindRequestField(std::string_view name, Endpoint e) {
+  for (const RequestField& f : kFields) {
+    if (f.name == name && Has(f, e)) return &f;
+  }
+  return nullptr;
+}
+
+// ---- BodyFields -------------------------------------------------------------------------------
+
+Result<BodyFields> BodyFields::Open(const Json& body, Endpoint e) {
+  GYRE_CHECK(body.is_object());
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null() || FindRequestField(key, e)) continue;
+    const Endpoint other = e == Endpoint::kChat ? Endpoint::kCompletions : Endpoint::kChat;
+    if (FindRequestField(key, other)) {
+      return FieldError(key, std::string("is a field of ") + EndpointPath(other) + ", not of " + EndpointPath(e));
+    }
+    return FieldError(key, "is not a request field gyre knows (unknown fields are refused, not ignored)");
+  }
+  return BodyFields(body, e);
+}
+
+const Json* BodyFields::Get(std::string_view name) {
+  const RequestField* f = FindRequestField(name, endpoint_);
+  GYRE_CHECK(f != nullptr);  // a field the parser reads must have a row in kFields
+  if (std::find(read_.begin(), read_.end(), f->name) == read_.end()) read_.push_back(f->name);
+  auto it = body_->find(std::string(name));
+  if (it == body_->end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+Status BodyFields::CheckTableFields() {
+  const std::vector<Json>& accepted = AcceptedValues();
+  for (size_t i = 0; i < std::size(kFields); ++i) {
+    const RequestField& f = kFields[i];
+    if (f.use == kHon || !Has(f, endpoint_)) continue;
+    const Json* v = Get(f.name);
+    if (!v) continue;
+    if (f.use == kRef) return FieldError(f.name, f.note);
+    if (f.use == kUnu && !HasType(*v, f.values)) {
+      return FieldError(f.name, f.values == "object" ? "must be an object" : "must be a string");
+    }
+    if (f.use == kDef && std::find(accepted[i].begin(), accepted[i].end(), *v) == accepted[i].end()) {
+      return FieldError(f.name, f.note);
+    }
+  }
+  return Status::Ok();
+}
+
+Status BodyFields::CheckAllRead() const {
+  for (const auto& [key, value] : body_->items()) {
+    if (value.is_null()) continue;
+    if (std::find(read_.begin(), read_.end(), key) == read_.end()) {
+      return Status::Internal("the request field '" + key + "' is accepted but the parser never read it");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace gyre::serve
