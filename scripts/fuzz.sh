@@ -15,21 +15,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-60}"
 [[ "$secs" =~ ^[0-9]+$ ]] && [ "$secs" -ge 1 ] || { echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]" >&2; exit 2; }
 
-scripts/install-deps.sh
-# libFuzzer ships with clang's runtime; OpenMP for clang is libomp (gcc's libgomp does not do).
-pkgs=(clang-14 libclang-rt-14-dev libomp-14-dev)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "fuzz: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
-
+scripts/install-deps.sh  # clang-14, libclang-rt-14-dev (libFuzzer), libomp-14-dev
 cmake --preset fuzz
 cmake --build build/fuzz -j"$(nproc)" --target fuzz
 
@@ -40,12 +26,15 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 mapfile -t sources < <(find src -name '*_fuzz.cc' | sort)
 [ ${#sources[@]} -gt 0 ] || { echo "fuzz: no src/**/*_fuzz.cc" >&2; exit 1; }
 mkdir -p build/fuzz/logs
+for src in "${sources[@]}"; do
+  seeds="$(dirname "$src")/testdata/fuzz_$(basename "$src" _fuzz.cc)"
+  [ -d "$seeds" ] || { echo "fuzz: $src has no seed corpus $seeds/" >&2; exit 1; }
+done
 names=()
 for src in "${sources[@]}"; do
   target=$(basename "$src" .cc)
   part_dir=$(dirname "$src")
   seeds="$part_dir/testdata/fuzz_${target%_fuzz}"
-  [ -d "$seeds" ] || { echo "fuzz: $target has no seed corpus $seeds/" >&2; exit 1; }
   names+=("$target")
   args=(-max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1
         -artifact_prefix="build/fuzz/artifacts/$target/")
@@ -62,23 +51,24 @@ for src in "${sources[@]}"; do
 done
 wait
 
-failed=0
+num_failed=0
 printf '%-22s %10s %10s %8s %8s  %s\n' target runs execs/s cov corpus result
 for target in "${names[@]}"; do
   log="build/fuzz/logs/$target.log"
   rc=$(cat "build/fuzz/logs/$target.rc")
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
+  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' "$log" | tail -1)
   corpus=$(find "build/fuzz/corpus/$target" -type f | wc -l)
   if [ "$rc" -eq 0 ]; then
     printf '%-22s %10s %10s %8s %8s  %s\n' "$target" "${runs:-?}" "${eps:-?}" "${cov:-?}" "$corpus" ok
   else
-    failed=1
+    num_failed=$((num_failed + 1))
     printf '%-22s %10s %10s %8s %8s  %s\n' "$target" "${runs:-?}" "${eps:-?}" "${cov:-?}" "$corpus" "FAILED (exit $rc)"
   fi
 done
-if [ "$failed" -ne 0 ]; then
+echo "fuzz: $(( ${#names[@]} - num_failed )) passed, $num_failed failed"
+if [ "$num_failed" -ne 0 ]; then
   for target in "${names[@]}"; do
     [ "$(cat "build/fuzz/logs/$target.rc")" -eq 0 ] && continue
     echo

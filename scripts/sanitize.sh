@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds gyre and the whole CPU test suite with AddressSanitizer + UndefinedBehaviorSanitizer
-# (preset `asan`: GCC, GYRE_SANITIZE=ON, build/asan) and runs it: `ctest --preset asan`, which is
+# (preset `asan`: clang 14, GYRE_SANITIZE=ON, build/asan) and runs it: `ctest --preset asan`, which is
 # `ctest -LE gpu` with ASAN_OPTIONS / UBSAN_OPTIONS set to stop at the first report
 # (halt_on_error=1, print_stacktrace=1, detect_leaks=1; see CMakePresets.json). Every test runs,
 # the CLI contract tests and the npm-client server test included (they drive the sanitized

@@ -27,8 +27,9 @@ void LimitRequestParser(const HttpServerOptions& options, RequestParser& parser)
 // (otherwise the 413 answers instead). REQUIRES: parser.is_header_done().
 bool WantsContinue(const HttpServerOptions& options, const RequestParser& parser);
 
-// The handler's view of a complete request: method and target as sent, path up to '?', header
-// names lower-cased in order, the body moved out of `req`.
+// The handler's view of a complete request: method and target as sent, path up to '?', headers
+// in the order sent (Beast keeps the repeats of a name together) with lower-cased names, the
+// body moved out of `req`.
 HttpRequest ToHttpRequest(BeastRequest&& req);
 
 // What the server answers when reading a request failed with `ec`: 413 (body too large), 431
