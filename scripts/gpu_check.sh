@@ -54,10 +54,10 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
-# Steps to run (comma list): verify (ops), model (fixture parity), kda (gyre_cuda_bench), mla, moe,
+# Steps to run (comma list): verify (ops), model (fixture parity), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,engine,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -158,6 +158,32 @@ if [[ -n "$GYRE" ]] && has_step eval; then
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(f'   {sys.argv[2]}: mean NLL {r[\"mean_nll\"]:.6f} ppl {r[\"perplexity\"]:.3f} over {r[\"tokens_scored\"]} tokens, {r[\"tokens_per_s\"]:.0f} tok/s')" \
       "$OUT/gpu_eval_$be.json" $be || status=1
   done
+fi
+
+# ---- 2d. the device timeline (CUPTI): the known-answer check, then a traced generate, analyzed ----
+if [[ -n "$GYRE" ]] && has_step trace; then
+  if [[ -z "${GYRE_CUPTI_LIB:-}" ]] && ! ldconfig -p | grep -q 'libcupti.so'; then
+    cupti=$(find /usr/local/cuda*/ /usr/local/lib /usr/lib /opt -name 'libcupti.so*' 2>/dev/null | sort | tail -1)
+    [[ -n "$cupti" ]] && export GYRE_CUPTI_LIB=$cupti
+  fi
+  echo "== gyre verify trace (CUPTI: ${GYRE_CUPTI_LIB:-from the loader path})"
+  mkdir -p "$OUT/trace"
+  timeout 120 "$GYRE" verify trace --out-dir "$OUT/trace" --json > "$OUT/gpu_trace_check.json" || status=1
+  python3 - "$OUT/gpu_trace_check.json" <<'PY' || status=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+for c in r["checks"]:
+    print(f'   {c["name"]:22s} {"PASS" if c["pass"] else "FAIL"}  {c["detail"]}')
+o = r["overhead"]
+print(f'   launch cost {o["us_per_launch_off"]:.2f} us off, {o["us_per_launch_on"]:.2f} us traced; CUPTI {r["cupti"]} v{r["cupti_version"]}')
+sys.exit(0 if r["pass"] else 1)
+PY
+  echo "== gyre generate --backend cuda --trace (glm5_mini), then gyre analyze"
+  timeout 120 "$GYRE" generate --backend cuda --model tests/fixtures/glm5_mini --prompt "The history of the river" \
+    --max-tokens 48 --trace "$OUT/trace/generate.json" > "$OUT/trace/generate.txt" 2>&1 || status=1
+  timeout 120 "$GYRE" analyze "$OUT/trace/generate.json" --overlap memcpy,kernel --json > "$OUT/trace/generate_analyze.json" || status=1
+  timeout 120 "$GYRE" analyze "$OUT/trace/generate.json" --overlap memcpy,kernel --top 12 > "$OUT/trace/generate_analyze.txt" || status=1
+  sed 's/^/   /' "$OUT/trace/generate_analyze.txt" | grep -E 'GPU|gap|overlap|device record|^   +[A-Za-z_:<>]' | head -30
 fi
 
 # ---- 3. self-check, ceilings and microbenchmarks ----

@@ -128,10 +128,7 @@ int RunGenerate(const GenerateArgs& a) {
   go.prefill_chunk = a.prefill_chunk;
   std::unique_ptr<StreamDecoder> stream;
   if (tok && !a.json) stream = std::make_unique<StreamDecoder>(*tok);
-  if (!a.trace.empty()) {
-    trace::Clear();
-    trace::Enable(true);
-  }
+  if (!a.trace.empty()) feedback::StartTrace(/*device=*/a.backend == "cuda");
   auto on_token = [&](size_t, int32_t id) {
     if (a.json) return;
     if (stream) {
@@ -311,7 +308,9 @@ int Main(int argc, char** argv) {
   gen->add_option("--prefill-chunk", g.prefill_chunk, "prefill in pieces of N tokens");
   gen->add_option("--act", g.act, "activation dtype: f32 (default) or bf16");
   gen->add_flag("--json", g.json, "print one JSON object");
-  gen->add_option("--trace", g.trace, "write a Chrome trace (Perfetto) of the run to this file");
+  gen->add_option("--trace", g.trace,
+                  "write a Chrome trace (Perfetto) of the run to this file; with --backend cuda it holds the device "
+                  "timeline too (CUPTI: kernels, copies, graph launches)");
   gen->add_option("--backend", g.backend, "cpu (default) or cuda (the model on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   gen->add_option("--weights", g.weights, "cuda: f32 (default) or bf16 GEMM weights")

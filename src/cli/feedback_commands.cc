@@ -1,5 +1,6 @@
 #include "cli/feedback_commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "feedback/bench.h"
 #include "feedback/ceilings.h"
 #include "feedback/compare.h"
+#include "feedback/device_trace_check.h"
 #include "feedback/gate.h"
 #include "feedback/model_diff.h"
 #include "feedback/trace_export.h"
@@ -137,7 +139,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   });
 
   struct ModelVerifyArgs {
-    std::string model, backend = "cuda";
+    std::string model, backend = "cuda", trace;
     double tol = 1e-4;
     bool json = false;
   };
@@ -147,10 +149,16 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   vmod->add_option("--backend", mva->backend, "cuda")->check(CLI::IsMember({"cuda"}));
   vmod->add_option("--tol", mva->tol, "rel-L2 tolerance (default 1e-4, fp32)");
   vmod->add_flag("--json", mva->json);
+  vmod->add_option("--trace", mva->trace, "write a Chrome trace of the check with the device timeline to this file");
   vmod->callback([mva, runner] {
     *runner = [mva] {
 #ifdef GYRE_CUDA
+      if (!mva->trace.empty()) feedback::StartTrace(/*device=*/true);
       auto rep = CheckCudaParity(mva->model, mva->tol);
+      if (!mva->trace.empty()) {
+        auto n = feedback::StopAndWriteTrace(mva->trace, {{"command", "verify model"}, {"model", mva->model}});
+        if (!n) return Fail(n.status());
+      }
       if (!rep) return Fail(rep.status());
       if (mva->json) {
         std::printf("%s\n", rep->dump(2).c_str());
@@ -166,6 +174,38 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
 #else
       return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
 #endif
+    };
+  });
+
+  struct TraceVerifyArgs {
+    std::string out_dir = "verify_trace";
+    int launches = 2000;
+    bool json = false;
+  };
+  auto tva = std::make_shared<TraceVerifyArgs>();
+  auto* vtr = verify->add_subcommand("trace", "the GPU device timeline (CUPTI) on a workload with a known answer");
+  vtr->add_option("--out-dir", tva->out_dir, "where the three checked traces are written")->capture_default_str();
+  vtr->add_option("--launches", tva->launches, "empty kernel launches timed with the trace off and on")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  vtr->add_flag("--json", tva->json);
+  vtr->callback([tva, runner] {
+    *runner = [tva] {
+      auto rep = feedback::CheckDeviceTrace(tva->out_dir, tva->launches);
+      if (!rep) return Fail(rep.status());
+      if (tva->json) {
+        std::printf("%s\n", rep->dump(2).c_str());
+      } else {
+        for (const auto& ch : (*rep)["checks"])
+          std::printf("  %-22s %s  %s\n", ch["name"].get<std::string>().c_str(), ch["pass"].get<bool>() ? "PASS" : "FAIL",
+                      ch["detail"].get<std::string>().c_str());
+        const auto& o = (*rep)["overhead"];
+        std::printf("  launch cost: %.2f us off, %.2f us with the device trace on (%d empty kernels)\n",
+                    o["us_per_launch_off"].get<double>(), o["us_per_launch_on"].get<double>(), tva->launches);
+        std::printf("%s (CUPTI %s); traces in %s\n", (*rep)["pass"].get<bool>() ? "PASS" : "FAIL",
+                    (*rep)["cupti"].get<std::string>().c_str(), tva->out_dir.c_str());
+      }
+      return (*rep)["pass"].get<bool>() ? 0 : 1;
     };
   });
 
@@ -239,27 +279,41 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
     std::string trace, overlap, ceilings;
     bool json = false;
     size_t top = 20;
+    double gap_us = 10;
   };
   auto aa = std::make_shared<AnalyzeArgs>();
   auto* an = app.add_subcommand("analyze", "where the time went in a trace");
   an->add_option("trace", aa->trace, "Chrome trace JSON written by gyre")->required();
-  an->add_option("--overlap", aa->overlap, "A,B: overlap of category A with category B");
-  an->add_option("--ceilings", aa->ceilings, "ceilings JSON from `gyre bench ceilings --json` (default: measure)");
+  an->add_option("--overlap", aa->overlap,
+                 "A,B: how much of A overlaps B; A and B are a category (kernel, memcpy, collective, step, ...), "
+                 "device, cpu or stream:N");
+  an->add_option("--ceilings", aa->ceilings,
+                 "ceilings JSON from `gyre bench ceilings --json` (default: measure this CPU; a trace with device "
+                 "records gets no roofline without this file)");
+  an->add_option("--gap-us", aa->gap_us, "device idle gaps shorter than this are not counted as gaps")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   an->add_option("--top", aa->top, "ops to list");
   an->add_flag("--json", aa->json);
   an->callback([aa, runner] {
     *runner = [aa] {
       auto ev = feedback::ReadChromeTrace(aa->trace);
       if (!ev) return Fail(ev.status());
-      auto ceil = CeilingsFrom(aa->ceilings);
-      if (!ceil) return Fail(ceil.status());
+      // CPU ceilings say nothing about GPU kernels: with device records, only a given file counts.
+      const bool has_device = std::any_of(ev->begin(), ev->end(), [](const auto& e) { return e.device(); });
+      std::optional<Ceilings> ceil;
+      if (!aa->ceilings.empty() || !has_device) {
+        auto c = CeilingsFrom(aa->ceilings);
+        if (!c) return Fail(c.status());
+        ceil = *c;
+      }
       std::optional<std::pair<std::string, std::string>> ov;
       if (!aa->overlap.empty()) {
         const auto comma = aa->overlap.find(',');
         if (comma == std::string::npos) return Fail(Status::InvalidArgument("--overlap takes A,B"));
         ov = std::make_pair(aa->overlap.substr(0, comma), aa->overlap.substr(comma + 1));
       }
-      const auto rep = feedback::Analyze(*ev, *ceil, ov);
+      const auto rep = feedback::Analyze(*ev, ceil, ov, aa->gap_us);
       if (aa->json) {
         std::printf("%s\n", rep.Json().dump(2).c_str());
       } else {
@@ -361,7 +415,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   bmod->add_option("--steps", bm->steps, "decode steps per run");
   bmod->add_option("--repeats", bm->repeats);
   bmod->add_option("--seed", bm->seed);
-  bmod->add_option("--trace", bm->trace, "write Chrome traces PREFIX.prefill.json / PREFIX.decode.json");
+  bmod->add_option("--trace", bm->trace,
+                   "cpu: Chrome traces PREFIX.prefill.json / PREFIX.decode.json of the last repeat; cuda: PREFIX.json "
+                   "of the whole run with the device timeline (its numbers then include the tracing cost)");
   bmod->add_option("--ceilings", bm->ceilings);
   bmod->add_option("--out", bm->out, "result JSON (default stdout)");
   bmod->add_option("--backend", bm->backend, "cpu (default) or cuda (with --config: weights built on the GPU)")
@@ -395,7 +451,14 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
         o.seed = bm->seed;
         o.bf16 = bm->weights == "bf16";
         o.project_layers = bm->project_layers;
+        // --trace on the GPU: the whole run with its device timeline, in PREFIX.json.
+        if (!bm->trace.empty()) feedback::StartTrace(/*device=*/true);
         auto j = BenchCudaModel(*cfg, o);
+        if (!bm->trace.empty()) {
+          auto n = feedback::StopAndWriteTrace(bm->trace + ".json", {{"command", "bench model"}, {"config", bm->config}});
+          if (!n) return Fail(n.status());
+          std::fprintf(stderr, "wrote %zu trace events to %s.json\n", *n, bm->trace.c_str());
+        }
         if (!j) return Fail(j.status());
         (*j)["config_file"] = bm->config;
         (*j)["config"] = nlohmann::json::parse(text.str());

@@ -6,14 +6,16 @@
 // one clock (steady_clock, ns since the recorder's epoch). When recording is off, GYRE_SPAN costs
 // one relaxed atomic load and a branch.
 //
-// Thread safety: Begin/End/Instant may be called from any thread. Enable/Collect/Clear must not
-// race with recording threads' buffer growth; call them between steps (the engine does).
+// Thread safety: recording may happen on any thread; Enable, Collect and Clear may be called from
+// any thread while others record (each thread's buffer has its own, normally uncontended, lock),
+// so a running server can open and close a trace window.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef GYRE_WITH_NVTX
@@ -48,6 +50,11 @@ void Record(Span s);                       // appends to the calling thread's bu
 std::vector<Span> Collect();               // all buffered spans, sorted by start time
 void Clear();
 uint32_t ThreadId();                       // small stable id of the calling thread
+// steady_clock time of the recorder's epoch, in ns since steady_clock's own epoch: NowNs() ==
+// steady_clock::now() - EpochSteadyNs(). The device tracer hands CUPTI this clock.
+int64_t EpochSteadyNs();
+// (OS thread id, small id) of every thread that has recorded a span: CUPTI names threads by OS id.
+std::vector<std::pair<int64_t, uint32_t>> ThreadOsIds();
 
 // RAII span; records on destruction when recording was on at construction.
 class Scoped {

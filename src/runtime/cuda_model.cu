@@ -468,7 +468,25 @@ struct CudaModel::Impl {
   std::vector<std::string> sec_names;
   size_t sec_n = 0;
   std::string sec_prefix;
+  // With span recording on (and not capturing a graph), each section is also a CPU span "op" with
+  // its layer, so the device trace charges the kernels launched inside it to the section's name.
+  const char* span_name = nullptr;
+  int64_t span_start = 0, span_layer = -1, cur_layer = -1;
+  bool capturing = false;
+  void SectionSpan(const char* name) {
+    if (!trace::Enabled() || capturing) {
+      span_name = nullptr;
+      return;
+    }
+    const int64_t now = trace::NowNs();
+    if (span_name)
+      trace::Record({span_name, "op", span_start, now - span_start, trace::ThreadId(), trace::Attrs{.layer = span_layer}});
+    span_name = std::strcmp(name, "end") == 0 ? nullptr : name;
+    span_start = now;
+    span_layer = cur_layer;
+  }
   Status Sec(const char* name) {
+    SectionSpan(name);
     if (!profiling) return Status::Ok();
     if (sec_n == sec_events.size()) {
       cudaEvent_t e = nullptr;
@@ -1065,6 +1083,8 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
   GYRE_RETURN_IF_ERROR(mark(0));
   sec_n = 0;
   sec_prefix.clear();
+  span_name = nullptr;  // a step that failed half-way left its section open
+  cur_layer = -1;
   GYRE_RETURN_IF_ERROR(Sec("embed"));
   // kPrevToken inputs ← their slot's most recent sample (device side: the host does not know it yet).
   ResolvePrevTokenKernel<<<GridFor(N), 256, 0, s()>>>(dev_blob + o_ids, dev_blob + o_seq, dev_blob + o_slots, N, last_token);
@@ -1077,6 +1097,7 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const DLayer& L = w.layers[l];
     const float* yin = X;
+    cur_layer = l;
     sec_prefix = std::string(AttnKindName(L.attn)) + "/";
     if (hc) {
       GYRE_RETURN_IF_ERROR(Sec("hc.pre"));
@@ -1114,6 +1135,7 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
 Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   const int64_t D = c.hidden_size, R = d.rows;
   sec_prefix.clear();
+  cur_layer = -1;
   GYRE_RETURN_IF_ERROR(Sec("head.norm"));
   GYRE_RETURN_IF_ERROR(cuda::StreamMean(X, n_streams, D, dev_blob + o_rows, R, hm, s()));
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hm, R, D, D, w.final_norm, c.rms_norm_eps, hn, D, s()));
@@ -1139,6 +1161,7 @@ Status CudaModel::Impl::CaptureDecode(const StepDims& d, cudaGraphExec_t* exec) 
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s()));
   const bool prof = profiling;
   profiling = false;
+  capturing = true;
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
   const Status body = [&]() -> Status {
     GYRE_RETURN_IF_ERROR(RunLayers(d));
@@ -1147,6 +1170,7 @@ Status CudaModel::Impl::CaptureDecode(const StepDims& d, cudaGraphExec_t* exec) 
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s(), &graph);
   profiling = prof;
+  capturing = false;
   const Status st = [&]() -> Status {
     GYRE_RETURN_IF_ERROR(body);
     GYRE_CUDA_RETURN_IF_ERROR(end);
@@ -1298,6 +1322,7 @@ Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
 void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on; }
 
 Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
+  GYRE_SPAN("cuda.launch", "step");
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t V = c.vocab_size, pt = m.opts.page_tokens;
@@ -1454,6 +1479,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
         it = m.graphs.emplace(key, exec).first;
         m.stats.graphs++;
       }
+      GYRE_SPAN("cuda.graph_launch", "op");
       GYRE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, m.s()));
       m.stats.graph_replays++;
     } else {
@@ -1489,6 +1515,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
 }
 
 Status CudaModel::Collect(std::vector<SampledToken>* out, std::vector<float>* logits) {
+  GYRE_SPAN("cuda.collect", "step");
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t V = c.vocab_size;
