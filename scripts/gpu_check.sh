@@ -183,7 +183,9 @@ PY
     --max-tokens 48 --trace "$OUT/trace/generate.json" > "$OUT/trace/generate.txt" 2>&1 || status=1
   timeout 120 "$GYRE" analyze "$OUT/trace/generate.json" --overlap memcpy,kernel --json > "$OUT/trace/generate_analyze.json" || status=1
   timeout 120 "$GYRE" analyze "$OUT/trace/generate.json" --overlap memcpy,kernel --top 12 > "$OUT/trace/generate_analyze.txt" || status=1
-  sed 's/^/   /' "$OUT/trace/generate_analyze.txt" | grep -E 'GPU|gap|overlap|device record|^   +[A-Za-z_:<>]' | head -30
+  sed 's/^/   /' "$OUT/trace/generate_analyze.txt" | grep -E 'GPU|gap|overlap' | head -12
+  echo "== a trace window of a running server (POST /debug/trace, tools/gpu/trace_window_check.py)"
+  timeout 300 python3 tools/gpu/trace_window_check.py --gyre "$GYRE" --out "$OUT/gpu_trace_window.json" || status=1
 fi
 
 # ---- 3. self-check, ceilings and microbenchmarks ----

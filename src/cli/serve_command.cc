@@ -2,10 +2,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <pthread.h>
@@ -55,6 +58,7 @@ struct ServeArgs {
   double gpu_memory_utilization = 0.9;
   uint64_t seed = 0;
   std::string trace;
+  std::string trace_dir;          // --trace-dir DIR: POST /debug/trace writes windows there
   // vLLM launch-line habits (implemented or refused in CheckVllmFlags).
   std::string model_positional;
   int tensor_parallel_size = 1;
@@ -254,6 +258,29 @@ int RunServe(ServeArgs a) {
   if (tpl) {
     deps.render_chat = [tpl](const serve::Json& ctx) { return tpl->Render(ctx); };
   }
+  if (!a.trace_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.trace_dir, ec);
+    if (ec) {
+      (*engine)->Stop();
+      return Fail(Status::InvalidArgument("--trace-dir " + a.trace_dir + ": " + ec.message()));
+    }
+    auto device_on = std::make_shared<bool>(false);
+    deps.trace.start = [device_on, cuda = a.backend == "cuda"]() -> Status {
+      *device_on = feedback::StartTrace(/*device=*/cuda);
+      return Status::Ok();
+    };
+    deps.trace.stop = [device_on, dir = a.trace_dir, backend = a.backend]() -> Result<nlohmann::ordered_json> {
+      static std::atomic<int> n_windows{0};
+      char stamp[32];
+      const std::time_t now = std::time(nullptr);
+      std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+      const std::string path = dir + "/trace-" + stamp + "-" + std::to_string(n_windows++) + ".json";
+      auto n = feedback::StopAndWriteTrace(path, {{"command", "serve"}, {"window", true}, {"backend", backend}});
+      if (!n.ok()) return n.status();
+      return nlohmann::ordered_json{{"path", path}, {"events", *n}, {"device_timeline", *device_on}};
+    };
+  }
   serve::ServerOptions so;
   so.http.host = a.host;
   so.http.port = a.port;
@@ -273,10 +300,7 @@ int RunServe(ServeArgs a) {
     (*engine)->Stop();
     return Fail(s);
   }
-  if (!a.trace.empty()) {
-    trace::Clear();
-    trace::Enable(true);
-  }
+  if (!a.trace.empty()) feedback::StartTrace(/*device=*/a.backend == "cuda");
   std::printf("%s\n", (*server)->Banner().c_str());
   std::printf("gyre serve: backend %s\n", backend_line.c_str());
   if (!tpl_origin.empty()) std::printf("gyre serve: chat template from %s\n", tpl_origin.c_str());
@@ -286,13 +310,14 @@ int RunServe(ServeArgs a) {
   sigwait(&sigs, &sig);
   std::fprintf(stderr, "gyre serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Stop();
-  server->reset();
-  engine->reset();
+  // Before the engine (and its GPU context) goes: the device trace flushes from a live context.
   if (!a.trace.empty()) {
     auto n = feedback::StopAndWriteTrace(a.trace, {{"command", "serve"}, {"backend", a.backend}});
     if (!n.ok()) return Fail(n.error());
-    std::fprintf(stderr, "gyre serve: wrote %zu spans to %s\n", *n, a.trace.c_str());
+    std::fprintf(stderr, "gyre serve: wrote %zu trace events to %s\n", *n, a.trace.c_str());
   }
+  server->reset();
+  engine->reset();
   std::fprintf(stderr, "gyre serve: stopped\n");
   return 0;
 }
@@ -359,7 +384,13 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--seed", args->seed, "cuda --config: random-weight seed");
   s->add_flag("--disable-overlap-schedule", args->disable_overlap,
               "run one engine step at a time (default: step n+1 is launched before step n is collected)");
-  s->add_option("--trace", args->trace, "record spans (engine steps; cuda: GPU busy/idle per step) to a Chrome trace, written at shutdown");
+  auto* trace_opt = s->add_option("--trace", args->trace,
+                                  "record the whole run to a Chrome trace, written at shutdown (engine steps; cuda: the "
+                                  "device timeline too)");
+  s->add_option("--trace-dir", args->trace_dir,
+                "enable POST /debug/trace {\"seconds\": S} (S <= 60, behind the API key): a trace window of the running "
+                "server written to DIR")
+      ->excludes(trace_opt);
   s->add_option("--tensor-parallel-size", args->tensor_parallel_size, "vLLM's flag (also -tp): only 1 is served")
       ->capture_default_str();
   s->add_option("--kv-cache-dtype", args->kv_cache_dtype, "vLLM's flag: only auto")->capture_default_str();

@@ -18,7 +18,7 @@ namespace gyre::serve {
 
 const char* ErrorTypeFor(int http_status) {
   switch (http_status) {
-    case 400: case 404: case 405: case 413: case 431: return "invalid_request_error";
+    case 400: case 404: case 405: case 409: case 413: case 431: return "invalid_request_error";
     case 401: return "authentication_error";
     case 429: return "rate_limit_error";
     case 501: return "not_implemented_error";

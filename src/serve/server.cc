@@ -88,6 +88,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   sc.eos_token_ids = s->deps_.engine->config().eos_token_ids;
   s->serving_ = std::make_unique<OpenAiServing>(std::move(sc));
   s->prepare_pool_ = std::make_unique<WorkPool>(s->opts_.num_prepare_threads, s->opts_.max_queued_prepares);
+  if (s->deps_.trace.start && s->deps_.trace.stop) s->trace_window_ = std::make_unique<TraceWindow>(s->deps_.trace);
   HttpServerOptions ho = s->opts_.http;
   ho.error_body = OpenAiErrorBody;
   Server* raw = s.get();
@@ -106,6 +107,7 @@ void Server::Stop(int64_t grace_ms) {
   stopped_ = true;
   stopping_ = true;
   if (http_) http_->StopAccepting();
+  if (trace_window_) trace_window_->Stop();  // a running window ends early; its trace is written
   // Requests being prepared finish and submit (their Submit runs on a strand, before or after the
   // engine stops; either way they end); queued ones are answered 503.
   if (prepare_pool_) prepare_pool_->Stop();
@@ -168,6 +170,33 @@ void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange>
   }
 }
 
+void Server::TraceRequest(const std::string& body, std::shared_ptr<HttpExchange> ex) {
+  if (!trace_window_) {
+    RespondError(*ex, MakeError(404, "trace windows are off: start gyre serve with --trace-dir DIR", "not_found"));
+    return;
+  }
+  auto seconds = ParseTraceRequest(body);
+  if (!seconds.ok()) {
+    ApiError e = ApiError::FromStatus(seconds.error());
+    e.param = "seconds";
+    RespondError(*ex, e);
+    return;
+  }
+  const Status st = trace_window_->Begin(*seconds, [ex](Result<Json> r) {
+    ex->Post([ex, r = std::move(r)]() {
+      if (!r.ok()) return RespondError(*ex, ApiError::FromStatus(r.error()));
+      RespondJson(*ex, *r);
+    });
+  });
+  if (!st.ok()) {
+    // A window already running is a conflict, not an outage.
+    const bool busy = st.code() == StatusCode::kUnavailable && !stopping_;
+    ApiError e = busy ? MakeError(409, st.message()) : ApiError::FromStatus(st);
+    if (st.code() == StatusCode::kInvalidArgument) e.param = "seconds";
+    RespondError(*ex, e);
+  }
+}
+
 void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
   const auto arrival = Clock::now();
   const std::string& path = req.path;
@@ -205,6 +234,14 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
     if (path == "/version") {
       if (!allow("GET")) return;
       RespondJson(*ex, Json{{"version", "0.1.0"}});
+      return;
+    }
+    if (path == "/debug/trace") {
+      if (!Authorized(req)) {
+        RespondError(*ex, MakeError(401, "Incorrect API key provided.", "invalid_api_key"));
+        return;
+      }
+      if (allow("POST")) TraceRequest(req.body, ex);
       return;
     }
     const bool v1 = path.rfind("/v1/", 0) == 0;

@@ -6,6 +6,8 @@
 //   GET  /health                                      200 while serving, 503 once stopping
 //   GET  /metrics                                     Prometheus text (metrics.h)
 //   GET  /version                                     {"version": ...}
+//   POST /debug/trace {"seconds": S}                  a trace window of the running server
+//                                                     (trace_window.h; behind the API key)
 // Generation bodies are parsed and tokenized on a bounded worker pool (ServerOptions), so the
 // HTTP threads stay free for other connections (/health answers while big bodies are prepared).
 // With an API key, /v1/* requires "Authorization: Bearer <key>" (401 otherwise). Unknown paths
@@ -29,6 +31,7 @@
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_serving.h"
+#include "serve/trace_window.h"
 #include "serve/work_pool.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,6 +60,9 @@ struct ServerDeps {
   const Tokenizer* tokenizer = nullptr;
   TokenizerConfig tokenizer_config;
   ChatRenderFn render_chat;              // see openai_serving.h
+  // POST /debug/trace (behind the API key) records a trace window through these; empty start:
+  // the endpoint answers 404 with how to enable it.
+  TraceHooks trace;
 };
 
 class Server {
@@ -81,6 +87,7 @@ class Server {
   void Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex);
   // Prepares a generation request on the pool, then submits it on the exchange's strand.
   void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival);
+  void TraceRequest(const std::string& body, std::shared_ptr<HttpExchange> ex);
   bool Authorized(const HttpRequest& req) const;
   Json ModelCard() const;
 
@@ -91,6 +98,7 @@ class Server {
   std::unique_ptr<OpenAiServing> serving_;
   std::unique_ptr<WorkPool> prepare_pool_;  // stopped before the engine, so no task outlives it
   std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<TraceWindow> trace_window_;  // null when deps_.trace is not wired
   const int64_t created_;  // unix seconds, for /v1/models
 
   std::atomic<bool> stopping_{false};

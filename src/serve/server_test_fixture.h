@@ -199,6 +199,7 @@ class ServerTest : public ::testing::Test {
     d.engine = engine_.get();
     d.tokenizer = tok_.get();
     d.tokenizer_config = tokenizer_config_;
+    d.trace = trace_hooks_;
     d.render_chat = [this](const Json& ctx) -> Result<std::string> {
       if (slow_render_ms_ > 0 && ctx["messages"][0]["content"] == "slow") {
         ++slow_renders_;
@@ -267,6 +268,7 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tok_;
   TokenizerConfig tokenizer_config_;      // what Start gives the server (eos_token "<|endoftext|>")
   std::unique_ptr<ChatTemplate> template_;  // null: the fake renderer
+  TraceHooks trace_hooks_;  // copied into ServerDeps by Start
   std::unique_ptr<FakeEngine> engine_;
   std::unique_ptr<Server> server_;
   int port_ = 0;
