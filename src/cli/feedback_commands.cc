@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "cli/bench_serve_command.h"
+#include "core/json_depth.h"
+#include "feedback/advise.h"
 #include "feedback/analyze.h"
 #include "feedback/bench.h"
 #include "feedback/ceilings.h"
@@ -15,6 +17,7 @@
 #include "feedback/device_trace_check.h"
 #include "feedback/gate.h"
 #include "feedback/model_diff.h"
+#include "feedback/skeletons.h"
 #include "feedback/trace_export.h"
 #include "feedback/verify_ops.h"
 #include "model/random_weights.h"
@@ -318,6 +321,90 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
         std::printf("%s\n", rep.Json().dump(2).c_str());
       } else {
         std::fputs(rep.Human(aa->top).c_str(), stdout);
+      }
+      return 0;
+    };
+  });
+
+  // ---- skeletons / advise ----
+  struct SkelArgs {
+    std::string op, signal, dir;
+    bool json = false, prose = false;
+  };
+  auto ska = std::make_shared<SkelArgs>();
+  auto* sk = app.add_subcommand("skeletons", "search the optimization-skeleton catalogue (docs/skeletons)");
+  sk->add_option("--op", ska->op, "only skeletons that concern this op");
+  sk->add_option("--signal", ska->signal, "words that must all appear (name, title, signal, transformation, prose)");
+  sk->add_option("--dir", ska->dir, "catalogue folder (default: docs/skeletons)");
+  sk->add_flag("--prose", ska->prose, "print each entry's prose too");
+  sk->add_flag("--json", ska->json);
+  sk->callback([ska, runner] {
+    *runner = [ska] {
+      auto all = feedback::LoadSkeletons(ska->dir.empty() ? feedback::DefaultSkeletonDir() : ska->dir);
+      if (!all) return Fail(all.status());
+      const auto hits = feedback::SearchSkeletons(*all, ska->op, ska->signal);
+      if (ska->json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const auto* h : hits) j.push_back(h->Json(ska->prose));
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        for (const auto* h : hits) {
+          std::printf("%s (%s): %s\n  signal: %s\n  guard: %s\n", h->name.c_str(), h->backend.c_str(), h->title.c_str(),
+                      h->signal.c_str(), h->guard.c_str());
+          if (ska->prose) std::printf("%s\n", h->prose.c_str());
+        }
+        std::printf("%zu of %zu skeletons\n", hits.size(), all->size());
+      }
+      return 0;
+    };
+  });
+
+  struct AdviseArgs {
+    std::string input, dir, ceilings;
+    bool json = false;
+    size_t top = 15;
+  };
+  auto ada = std::make_shared<AdviseArgs>();
+  auto* adv = app.add_subcommand("advise", "where the time goes and which skeletons apply, from a trace or a gate result");
+  adv->add_option("input", ada->input, "Chrome trace written by gyre (--trace), or a gate result JSON")->required();
+  adv->add_option("--skeletons", ada->dir, "catalogue folder (default: docs/skeletons)");
+  adv->add_option("--ceilings", ada->ceilings, "ceilings JSON for % of roofline (as gyre analyze)");
+  adv->add_option("--top", ada->top, "findings to print")->capture_default_str();
+  adv->add_flag("--json", ada->json);
+  adv->callback([ada, runner] {
+    *runner = [ada] {
+      auto cat = feedback::LoadSkeletons(ada->dir.empty() ? feedback::DefaultSkeletonDir() : ada->dir);
+      if (!cat) return Fail(cat.status());
+      auto text = ReadFile(ada->input);
+      if (!text) return Fail(text.status());
+      Result<feedback::Advice> advice = Status::Internal("unset");
+      nlohmann::json j;
+      try {
+        if (Status d = CheckJsonDepth(*text, ada->input); !d.ok()) return Fail(d);
+        j = nlohmann::json::parse(*text);
+      } catch (const nlohmann::json::exception& e) {
+        return Fail(Status::InvalidArgument(ada->input + " is not valid JSON: " + e.what()));
+      }
+      if (j.is_object() && j.contains("predicates")) {
+        advice = feedback::AdviseGate(j, *cat);
+      } else {
+        auto ev = feedback::ReadChromeTrace(ada->input);
+        if (!ev) return Fail(ev.status());
+        std::optional<Ceilings> ceil;
+        if (!ada->ceilings.empty()) {
+          auto c = CeilingsFrom(ada->ceilings);
+          if (!c) return Fail(c.status());
+          ceil = *c;
+        }
+        const auto rep = feedback::Analyze(*ev, ceil, std::nullopt);
+        advice = feedback::AdviseTrace(*ev, rep, *cat);
+      }
+      if (!advice) return Fail(advice.status());
+      advice->source = ada->input;
+      if (ada->json) {
+        std::printf("%s\n", advice->Json().dump(2).c_str());
+      } else {
+        std::fputs(advice->Human(ada->top).c_str(), stdout);
       }
       return 0;
     };
