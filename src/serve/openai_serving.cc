@@ -7,6 +7,7 @@
 #include <random>
 
 #include "serve/openai_output.h"
+#include "serve/tokenization.h"
 
 namespace gyre::serve {
 
@@ -222,6 +223,13 @@ Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const Completion
 
 Result<std::vector<int32_t>> OpenAiServing::TextPromptIds(const std::string& text, bool add_bos,
                                                           const char* field) const {
+  GYRE_ASSIGN_OR_RETURN(std::vector<int32_t> out, EncodeText(text, add_bos, field));
+  if (out.empty()) return FieldError(field, "tokenizes to nothing");
+  return out;
+}
+
+Result<std::vector<int32_t>> OpenAiServing::EncodeText(const std::string& text, bool add_bos,
+                                                       const char* field) const {
   auto ids = cfg_.tokenizer->Encode(text, /*parse_special=*/true);
   if (!ids.ok()) return FieldError(field, "cannot be tokenized: " + ids.error().message());
   std::vector<int32_t> out;
@@ -230,8 +238,32 @@ Result<std::vector<int32_t>> OpenAiServing::TextPromptIds(const std::string& tex
     if (auto bos = cfg_.tokenizer->TokenToId(*tc.bos_token)) out.push_back(*bos);
   }
   out.insert(out.end(), ids->begin(), ids->end());
-  if (out.empty()) return FieldError(field, "tokenizes to nothing");
   return out;
+}
+
+Status OpenAiServing::CheckModel(const std::string& model) const {
+  if (!model.empty() && model != cfg_.served_model_name) return ModelNotFound(model);
+  return Status::Ok();
+}
+
+Result<Json> OpenAiServing::Tokenize(std::string_view body) const {
+  GYRE_ASSIGN_OR_RETURN(TokenizeRequest r, ParseTokenizeRequest(body));
+  GYRE_RETURN_IF_ERROR(CheckModel(r.model));
+  std::vector<int32_t> ids;
+  if (r.chat) {
+    GYRE_ASSIGN_OR_RETURN(ids, ChatPromptIds(r.chat_request));
+  } else {
+    GYRE_ASSIGN_OR_RETURN(ids, EncodeText(r.prompt, r.add_special_tokens, "prompt"));
+  }
+  return TokenizeResponse(ids, cfg_.engine->Stats().max_model_len);
+}
+
+Result<Json> OpenAiServing::Detokenize(std::string_view body) const {
+  GYRE_ASSIGN_OR_RETURN(DetokenizeRequest r, ParseDetokenizeRequest(body, cfg_.tokenizer->vocab_size()));
+  GYRE_RETURN_IF_ERROR(CheckModel(r.model));
+  auto text = cfg_.tokenizer->Decode(r.tokens);
+  if (!text.ok()) return FieldError("tokens", text.error().message());
+  return DetokenizeResponse(*text);
 }
 
 Result<std::string> CutAfterFinalMessage(const std::string& rendered, const std::string& content) {
@@ -295,13 +327,8 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   const bool chat = request.chat;
   const GenerationRequest& g = request.gen;
   std::vector<int32_t>& prompt = request.prompt;
-  if (!g.model.empty() && g.model != cfg_.served_model_name) {
-    ApiError e;
-    e.status = 404;
-    e.message = "The model `" + g.model + "` does not exist.";
-    e.param = "model";
-    e.code = "model_not_found";
-    RespondError(*ex, e);
+  if (Status m = CheckModel(g.model); !m.ok()) {
+    RespondError(*ex, ApiError::FromStatus(m));
     return;
   }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());

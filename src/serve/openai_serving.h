@@ -76,12 +76,21 @@ class OpenAiServing {
   // asks for it).
   Result<std::vector<int32_t>> CompletionPromptIds(const CompletionRequest& r) const;
 
+  // POST /tokenize and /detokenize (tokenization.h): the answer's JSON. Errors: InvalidArgument
+  // naming the field, NotFound (ModelNotFound) for another model's name. Any thread.
+  Result<Json> Tokenize(std::string_view body) const;
+  Result<Json> Detokenize(std::string_view body) const;
+
   const ServingConfig& config() const { return cfg_; }
 
  private:
   // Tokenizes prompt text (special tokens parsed), with the tokenizer's BOS first when `add_bos`
-  // and its config asks for one. InvalidArgument naming `field`.
+  // and its config asks for one. InvalidArgument naming `field`, also when there are no ids.
   Result<std::vector<int32_t>> TextPromptIds(const std::string& text, bool add_bos, const char* field) const;
+  // TextPromptIds that allows an empty result.
+  Result<std::vector<int32_t>> EncodeText(const std::string& text, bool add_bos, const char* field) const;
+  // NotFound unless `model` is empty or the served name.
+  Status CheckModel(const std::string& model) const;
   // Validates the model name and the context length and fills the engine parameters.
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
 

@@ -152,20 +152,37 @@ Json Server::ModelCard() const {
               {"max_model_len", deps_.engine->Stats().max_model_len}};
 }
 
-void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) {
-  auto task = [this, chat, body = std::move(body), ex, arrival](bool cancelled) {
+void Server::OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void()> work) {
+  auto task = [ex, work = std::move(work)](bool cancelled) {
     if (cancelled) return RespondError(*ex, MakeError(503, "the server is shutting down"));
     if (ex->aborted()) return;  // the client left while the request waited
-    auto prepared = serving_->Prepare(chat, body);
-    ex->Post([this, prepared = std::move(prepared), ex, arrival]() mutable {
-      if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
-      serving_->Submit(std::move(*prepared), ex, arrival);
-    });
+    work();
   };
   if (!prepare_pool_->TrySubmit(std::move(task))) {
     RespondError(*ex, ApiError::FromStatus(Status::ResourceExhausted(
                           "too many requests are waiting to be parsed and tokenized; retry later")));
   }
+}
+
+void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) {
+  OffHttpThread(ex, [this, chat, body = std::move(body), ex, arrival] {
+    auto prepared = serving_->Prepare(chat, body);
+    ex->Post([this, prepared = std::move(prepared), ex, arrival]() mutable {
+      if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
+      serving_->Submit(std::move(*prepared), ex, arrival);
+    });
+  });
+}
+
+void Server::Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex) {
+  OffHttpThread(ex, [this, tokenize, body = std::move(body), ex] {
+    auto answer = tokenize ? serving_->Tokenize(body) : serving_->Detokenize(body);
+    if (answer.ok()) {
+      RespondJson(*ex, *answer);
+    } else {
+      RespondError(*ex, ApiError::FromStatus(answer.error()));
+    }
+  });
 }
 
 void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
@@ -207,13 +224,18 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       RespondJson(*ex, Json{{"version", "0.1.0"}});
       return;
     }
-    const bool v1 = path.rfind("/v1/", 0) == 0;
-    if (v1 && !Authorized(req)) {
+    const bool tokenization = path == "/tokenize" || path == "/detokenize";
+    const bool guarded = path.rfind("/v1/", 0) == 0 || tokenization;  // behind the API key
+    if (guarded && !Authorized(req)) {
       RespondError(*ex, MakeError(401, "Incorrect API key provided.", "invalid_api_key"));
       return;
     }
-    if (stopping_ && v1) {
+    if (stopping_ && guarded) {
       RespondError(*ex, MakeError(503, "the server is shutting down"));
+      return;
+    }
+    if (tokenization) {
+      if (allow("POST")) Tokenization(path == "/tokenize", std::move(req.body), ex);
       return;
     }
     if (path == "/v1/chat/completions") {
@@ -234,9 +256,7 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       if (name == opts_.served_model_name) {
         RespondJson(*ex, ModelCard());
       } else {
-        ApiError e = MakeError(404, "The model `" + name + "` does not exist.", "model_not_found");
-        e.param = "model";
-        RespondError(*ex, e);
+        RespondError(*ex, ApiError::FromStatus(ModelNotFound(name)));
       }
       return;
     }

@@ -2,13 +2,15 @@
 //
 // Routes (every answer that is not 2xx is an OpenAI error object, see openai_protocol.h):
 //   POST /v1/chat/completions, POST /v1/completions   generation (openai_serving.h)
+//   POST /tokenize, POST /detokenize                  vLLM's tokenizer endpoints (tokenization.h)
 //   GET  /v1/models, GET /v1/models/{name}            the served model
 //   GET  /health                                      200 while serving, 503 once stopping
 //   GET  /metrics                                     Prometheus text (metrics.h)
 //   GET  /version                                     {"version": ...}
-// Generation bodies are parsed and tokenized on a bounded worker pool (ServerOptions), so the
-// HTTP threads stay free for other connections (/health answers while big bodies are prepared).
-// With an API key, /v1/* requires "Authorization: Bearer <key>" (401 otherwise). Unknown paths
+// Generation and tokenization bodies are parsed and tokenized on a bounded worker pool
+// (ServerOptions), so the HTTP threads stay free for other connections (/health answers while big
+// bodies are prepared). With an API key, /v1/*, /tokenize and /detokenize require
+// "Authorization: Bearer <key>" (401 otherwise). Unknown paths
 // get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413.
 //
 // Lifecycle: Create (binds the port) → Start → ... → Stop. Stop stops accepting, stops the
@@ -21,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -79,8 +82,13 @@ class Server {
  private:
   Server(ServerDeps deps, ServerOptions options);
   void Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex);
+  // Runs `work` on the prepare pool; answers 503 if the pool stops first and 429 if its queue is
+  // full; skips `work` when the client left while it waited.
+  void OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void()> work);
   // Prepares a generation request on the pool, then submits it on the exchange's strand.
   void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival);
+  // /tokenize (`tokenize`) or /detokenize, answered from the pool.
+  void Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex);
   bool Authorized(const HttpRequest& req) const;
   Json ModelCard() const;
 
