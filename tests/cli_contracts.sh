@@ -204,5 +204,52 @@ expect_fail "serve --enable-prefix-caching refused" 2 "not built yet" -- "$GYRE"
 expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm5_tiny" --model "$FX/kimi_tiny"
 expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
 
+# serve_start NAME ARGS...: `gyre serve --port 0 ARGS` in the background (SERVE_PID), its port in
+# SERVE_PORT once it prints the listening line. Extra environment goes before the call (env ...).
+serve_start() {
+  local name=$1
+  shift
+  "$@" --port 0 >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  SERVE_PID=$!
+  SERVE_PORT=""
+  for _ in $(seq 1 300); do
+    SERVE_PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.out" 2>/dev/null | sed 's/.*://')
+    [ -n "$SERVE_PORT" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+serve_stop() { kill -TERM "$SERVE_PID" 2>/dev/null; wait "$SERVE_PID" 2>/dev/null; }
+# http_status PORT PATH [AUTH_KEY]: the HTTP status of GET PATH (with a bearer key when given).
+http_status() {
+  python3 - "$@" <<'PY'
+import sys, urllib.request, urllib.error
+port, path = sys.argv[1], sys.argv[2]
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+if len(sys.argv) > 3:
+    req.add_header("Authorization", "Bearer " + sys.argv[3])
+try:
+    print(urllib.request.urlopen(req, timeout=10).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+PY
+}
+
+# The API key comes from $GYRE_API_KEY unless --api-key is given; the flag wins.
+if serve_start env_key env GYRE_API_KEY=from-env "$GYRE" serve "$FX/glm5_tiny"; then
+  a=$(http_status "$SERVE_PORT" /v1/models) b=$(http_status "$SERVE_PORT" /v1/models from-env)
+  [ "$a" = 401 ] && [ "$b" = 200 ] && pass "serve: GYRE_API_KEY guards /v1" || fail "serve: GYRE_API_KEY: $a $b"
+  serve_stop
+else
+  fail "serve with GYRE_API_KEY did not start: $(head -c 300 "$TMP/env_key.err")"; serve_stop
+fi
+if serve_start flag_key env GYRE_API_KEY=from-env "$GYRE" serve "$FX/glm5_tiny" --api-key from-flag; then
+  a=$(http_status "$SERVE_PORT" /v1/models from-env) b=$(http_status "$SERVE_PORT" /v1/models from-flag)
+  [ "$a" = 401 ] && [ "$b" = 200 ] && pass "serve: --api-key wins over GYRE_API_KEY" || fail "serve: --api-key: $a $b"
+  serve_stop
+else
+  fail "serve with --api-key did not start: $(head -c 300 "$TMP/flag_key.err")"; serve_stop
+fi
+
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include "runtime/cuda_model.h"
 #endif
 #include "serve/chat_template.h"
+#include "serve/launch_options.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,7 +38,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_model_name;
-  std::string api_key;
+  std::optional<std::string> api_key;  // --api-key; absent: $GYRE_API_KEY
   int64_t max_num_seqs = EngineOptions{}.max_num_seqs;
   std::string kv_memory = "256M";
   int64_t max_num_batched_tokens = EngineOptions{}.max_num_batched_tokens;
@@ -262,7 +264,7 @@ int RunServe(ServeArgs a) {
   so.http.max_connections = a.max_connections;
   so.num_prepare_threads = a.prepare_threads;
   so.served_model_name = a.served_model_name.empty() ? model_name : a.served_model_name;
-  so.api_key = a.api_key;
+  so.api_key = serve::ResolveApiKey(a.api_key, std::getenv(serve::kApiKeyEnv));  // read once, here
   so.kv_page_tokens = a.kv_page_tokens;
   auto server = serve::Server::Create(std::move(deps), so);
   if (!server.ok()) {
@@ -332,7 +334,9 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
   s->add_option("--port", args->port, "port (default 8000; 0 picks a free one)")->check(CLI::Range(0, 65535));
   s->add_option("--served-model-name", args->served_model_name, "model name in the API (default: the folder name)");
-  s->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  s->add_option("--api-key", args->api_key,
+                "require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (default: $GYRE_API_KEY; "
+                "unset or empty: no key; --api-key '' turns it off whatever the environment says)");
   s->add_option("--max-num-seqs", args->max_num_seqs, "concurrent sequences (KDA state slots)")
       ->check(CLI::PositiveNumber);
   s->add_option("--kv-memory", args->kv_memory, "latent KV-cache budget in bytes (suffixes K, M, G; default 256M)");
