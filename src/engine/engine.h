@@ -47,6 +47,10 @@ const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled",
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Where the request's time went, in seconds (vLLM's phases): queue = Submit → first scheduled,
+  // prefill = first scheduled → first token, decode = first token → last token. A phase the
+  // request never reached is 0 (a request cancelled while waiting has only a queue time).
+  double queue_s = 0, prefill_s = 0, decode_s = 0;
 };
 
 class RequestSink {
