@@ -203,6 +203,9 @@ expect_fail "serve --kv-cache-dtype fp8 refused" 2 "only 'auto'" -- "$GYRE" serv
 expect_fail "serve --enable-prefix-caching refused" 2 "not built yet" -- "$GYRE" serve --enable-prefix-caching
 expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm5_tiny" --model "$FX/kimi_tiny"
 expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
+# --max-model-len beyond config.json's max_position_embeddings (1048576) is refused before listening.
+expect_fail "serve: --max-model-len beyond max_position_embeddings" 2 "max_position_embeddings (1048576" -- \
+  "$GYRE" serve "$FX/glm5_tiny" --port 0 --max-model-len 2000000
 
 # serve_start NAME ARGS...: `gyre serve --port 0 ARGS` in the background (SERVE_PID), its port in
 # SERVE_PORT once it prints the listening line. Extra environment goes before the call (env ...).
@@ -249,6 +252,15 @@ if serve_start flag_key env GYRE_API_KEY=from-env "$GYRE" serve "$FX/glm5_tiny" 
   serve_stop
 else
   fail "serve with --api-key did not start: $(head -c 300 "$TMP/flag_key.err")"; serve_stop
+fi
+
+# --allow-long-max-model-len lets it through (the KV budget must still hold it).
+if serve_start long_len "$GYRE" serve "$FX/glm5_tiny" --max-model-len 1100000 --allow-long-max-model-len --kv-memory 560M; then
+  grep -q "max model len 1100000" "$TMP/long_len.out" && pass "serve: --allow-long-max-model-len" \
+    || fail "serve: --allow-long-max-model-len: $(head -c 300 "$TMP/long_len.out")"
+  serve_stop
+else
+  fail "serve --allow-long-max-model-len did not start: $(head -c 300 "$TMP/long_len.err")"; serve_stop
 fi
 
 echo "cli contracts: $fails failure(s)"

@@ -45,6 +45,7 @@ struct ServeArgs {
   int64_t kv_page_tokens = EngineOptions{}.kv_page_tokens;
   int64_t max_waiting = EngineOptions{}.max_waiting;
   int64_t max_model_len = 0;
+  bool allow_long_max_model_len = false;
   std::string chat_template;
   int http_threads = 2;
   std::string act = "f32";
@@ -203,13 +204,20 @@ int RunServe(ServeArgs a) {
                  "/v1/chat/completions will fail\n", a.model.c_str(), kBundledTemplate);
   }
 
+  auto max_model_len = serve::CheckMaxModelLen(a.max_model_len, config.max_position_embeddings,
+                                              a.allow_long_max_model_len);
+  if (!max_model_len.ok()) {
+    std::fprintf(stderr, "gyre serve: %s\n", max_model_len.status().message().c_str());
+    return 2;
+  }
   EngineOptions eo;
   eo.max_num_seqs = a.max_num_seqs;
   eo.kv_page_tokens = a.kv_page_tokens;
   eo.kv_memory_bytes = *kv_bytes;
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_waiting = a.max_waiting;
-  eo.max_model_len = a.max_model_len;
+  eo.max_model_len = *max_model_len;
+  eo.max_model_len_cap = config.max_position_embeddings;
   eo.overlap_steps = !a.disable_overlap;
   Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
@@ -239,6 +247,9 @@ int RunServe(ServeArgs a) {
     backend_line = line;
     runner = std::move(*gpu);
     eo.max_model_len = a.max_model_len > 0 ? a.max_model_len : std::min(co.max_seq_tokens, cap.num_pages * cap.page_tokens);
+    if (a.max_model_len == 0 && config.max_position_embeddings > 0) {
+      eo.max_model_len = std::min(eo.max_model_len, config.max_position_embeddings);
+    }
     engine = Engine::Create(*runner, eo);
 #else
     return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
@@ -345,8 +356,12 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--kv-page-tokens", args->kv_page_tokens, "tokens per KV page")->check(CLI::PositiveNumber);
   s->add_option("--max-waiting", args->max_waiting, "queue bound; beyond it requests get 429")
       ->check(CLI::PositiveNumber);
-  s->add_option("--max-model-len", args->max_model_len, "context length (default: what the KV budget holds)")
+  s->add_option("--max-model-len", args->max_model_len,
+                "context length (default: what the KV budget holds, at most config.json's max_position_embeddings; "
+                "a longer value is refused unless --allow-long-max-model-len)")
       ->check(CLI::NonNegativeNumber);
+  s->add_flag("--allow-long-max-model-len", args->allow_long_max_model_len,
+              "accept a --max-model-len beyond the model's max_position_embeddings (positions it was never trained on)");
   s->add_option("--chat-template", args->chat_template, "Jinja chat template file");
   s->add_option("--http-threads", args->http_threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 256));
   s->add_option("--act", args->act, "cpu: activation dtype f32 (default) or bf16");

@@ -537,6 +537,8 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
                                        " tokens)");
     }
     max_len = o.max_model_len;
+  } else if (o.max_model_len_cap > 0) {
+    max_len = std::min(max_len, o.max_model_len_cap);
   }
   return std::unique_ptr<Engine>(new EngineImpl(runner, std::move(owned), o, max_len));
 }

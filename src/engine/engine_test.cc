@@ -402,6 +402,29 @@ TEST(Engine, QueueFullIsResourceExhaustedAndStopEndsEverything) {
   }
 }
 
+// max_model_len_cap bounds the length derived from the KV budget, never an explicit one.
+TEST(Engine, MaxModelLenCapBoundsTheDerivedLength) {
+  auto model = MakeModel();
+  auto max_len = [&](const EngineOptions& eo) -> int64_t {
+    auto engine = Engine::Create(*model, eo);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    if (!engine.ok() || !(*engine)->Start().ok()) return -1;
+    const int64_t n = (*engine)->Stats().max_model_len;  // published at Start
+    (*engine)->Stop();
+    return n;
+  };
+  EngineOptions eo;
+  const int64_t budget = max_len(eo);
+  ASSERT_GT(budget, 100);
+  eo.max_model_len_cap = 100;
+  EXPECT_EQ(max_len(eo), 100);
+  eo.max_model_len_cap = budget + 1;
+  EXPECT_EQ(max_len(eo), budget);
+  eo.max_model_len_cap = 100;
+  eo.max_model_len = 200;
+  EXPECT_EQ(max_len(eo), 200);
+}
+
 // Usage carries the phase times /metrics histograms: a request that ran has a prefill time and,
 // with more than one token, a decode time; one token means no decode phase; a request that never
 // left the queue has only a queue time.
