@@ -203,6 +203,7 @@ expect_fail "serve --kv-cache-dtype fp8 refused" 2 "only 'auto'" -- "$GYRE" serv
 expect_fail "serve --enable-prefix-caching refused" 2 "not built yet" -- "$GYRE" serve --enable-prefix-caching
 expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm5_tiny" --model "$FX/kimi_tiny"
 expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
+expect_fail "serve: malformed --allowed-origins" 2 "not a JSON list" -- "$GYRE" serve --allowed-origins '["https://a.example"'
 # --max-model-len beyond config.json's max_position_embeddings (1048576) is refused before listening.
 expect_fail "serve: --max-model-len beyond max_position_embeddings" 2 "max_position_embeddings (1048576" -- \
   "$GYRE" serve "$FX/glm5_tiny" --port 0 --max-model-len 2000000

@@ -11,6 +11,7 @@
 #include <memory>
 #include <pthread.h>
 #include <sstream>
+#include <tuple>
 
 #include "core/trace.h"
 #include "engine/engine.h"
@@ -46,6 +47,8 @@ struct ServeArgs {
   int64_t max_waiting = EngineOptions{}.max_waiting;
   int64_t max_model_len = 0;
   bool allow_long_max_model_len = false;
+  // CORS (serve/cors.h): lists as JSON or comma-separated.
+  std::string allowed_origins, allowed_methods = "*", allowed_headers = "*";
   std::string chat_template;
   int http_threads = 2;
   std::string act = "f32";
@@ -137,6 +140,17 @@ int RunServe(ServeArgs a) {
     return 2;
   }
   if (!a.model_positional.empty()) a.model = a.model_positional;
+  serve::CorsOptions cors;
+  for (auto [flag, text, out] : {std::tuple{"--allowed-origins", &a.allowed_origins, &cors.allowed_origins},
+                                 std::tuple{"--allowed-methods", &a.allowed_methods, &cors.allowed_methods},
+                                 std::tuple{"--allowed-headers", &a.allowed_headers, &cors.allowed_headers}}) {
+    auto list = serve::ParseCorsList(*text, flag);
+    if (!list.ok()) {
+      std::fprintf(stderr, "gyre serve: %s\n", list.status().message().c_str());
+      return 2;
+    }
+    *out = std::move(*list);
+  }
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and
   // only sigwait below receives them.
   sigset_t sigs;
@@ -277,6 +291,7 @@ int RunServe(ServeArgs a) {
   so.served_model_name = a.served_model_name.empty() ? model_name : a.served_model_name;
   so.api_key = serve::ResolveApiKey(a.api_key, std::getenv(serve::kApiKeyEnv));  // read once, here
   so.kv_page_tokens = a.kv_page_tokens;
+  so.cors = cors;
   auto server = serve::Server::Create(std::move(deps), so);
   if (!server.ok()) {
     (*engine)->Stop();
@@ -362,6 +377,13 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
       ->check(CLI::NonNegativeNumber);
   s->add_flag("--allow-long-max-model-len", args->allow_long_max_model_len,
               "accept a --max-model-len beyond the model's max_position_embeddings (positions it was never trained on)");
+  s->add_option("--allowed-origins", args->allowed_origins,
+                "CORS: origins browsers may call from, as a JSON list or comma-separated ('*': any; default: none, "
+                "no CORS headers)");
+  s->add_option("--allowed-methods", args->allowed_methods, "CORS: methods a preflight may ask for ('*': any)")
+      ->capture_default_str();
+  s->add_option("--allowed-headers", args->allowed_headers, "CORS: request headers a preflight may ask for ('*': any)")
+      ->capture_default_str();
   s->add_option("--chat-template", args->chat_template, "Jinja chat template file");
   s->add_option("--http-threads", args->http_threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 256));
   s->add_option("--act", args->act, "cpu: activation dtype f32 (default) or bf16");

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <thread>
 
+#include "serve/observed_exchange.h"
+
 namespace gyre::serve {
 
 Status CheckTokenizerMatchesModel(const Tokenizer& tok, const ModelConfig& config) {
@@ -65,7 +67,10 @@ std::string MiB(int64_t bytes) {
 }  // namespace
 
 Server::Server(ServerDeps deps, ServerOptions options)
-    : deps_(std::move(deps)), opts_(std::move(options)), created_(static_cast<int64_t>(std::time(nullptr))) {}
+    : deps_(std::move(deps)),
+      opts_(std::move(options)),
+      cors_(opts_.cors),
+      created_(static_cast<int64_t>(std::time(nullptr))) {}
 
 Server::~Server() { Stop(0); }
 
@@ -187,6 +192,11 @@ void Server::Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpE
 
 void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
   const auto arrival = Clock::now();
+  if (cors_.IsPreflight(req)) {  // before authentication: browsers send preflights without credentials
+    ex->Respond(cors_.Preflight(req));
+    return;
+  }
+  ex = std::make_shared<ObservedExchange>(std::move(ex), cors_.ResponseHeaders(req.Header("origin")));
   const std::string& path = req.path;
   auto allow = [&](const char* method) -> bool {
     if (req.method == method) return true;

@@ -11,7 +11,9 @@
 // (ServerOptions), so the HTTP threads stay free for other connections (/health answers while big
 // bodies are prepared). With an API key, /v1/*, /tokenize and /detokenize require
 // "Authorization: Bearer <key>" (401 otherwise). Unknown paths
-// get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413.
+// get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413. With
+// allowed origins (ServerOptions::cors), CORS preflights are answered before authentication and
+// responses to allowed origins carry CORS headers (cors.h).
 //
 // Lifecycle: Create (binds the port) → Start → ... → Stop. Stop stops accepting, stops the
 // engine (in-flight requests end: streams get a last chunk with finish_reason "abort"), gives
@@ -29,6 +31,7 @@
 
 #include "engine/engine.h"
 #include "model/config.h"
+#include "serve/cors.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_serving.h"
@@ -52,6 +55,7 @@ struct ServerOptions {
   // threads; at most `max_queued_prepares` more wait for one (beyond: 429 with Retry-After).
   int num_prepare_threads = 2;
   int64_t max_queued_prepares = 64;
+  CorsOptions cors;  // no allowed origins: no CORS headers, OPTIONS routed as any method
 };
 
 // Borrowed collaborators; all must outlive the Server.
@@ -95,6 +99,7 @@ class Server {
   // Constant after construction.
   const ServerDeps deps_;
   const ServerOptions opts_;
+  const Cors cors_;
   std::unique_ptr<ServeMetrics> metrics_;
   std::unique_ptr<OpenAiServing> serving_;
   std::unique_ptr<WorkPool> prepare_pool_;  // stopped before the engine, so no task outlives it
