@@ -67,6 +67,7 @@ struct ServeArgs {
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = false;
   bool disable_log_requests = false;
+  std::string log_level = "info", log_format = "text";
   // HTTP hardening knobs (serve::ServerOptions / HttpServerOptions).
   int64_t header_timeout_ms = serve::HttpServerOptions{}.header_timeout_ms;
   int64_t max_connections = serve::HttpServerOptions{}.max_connections;
@@ -140,6 +141,15 @@ int RunServe(ServeArgs a) {
     return 2;
   }
   if (!a.model_positional.empty()) a.model = a.model_positional;
+  auto log_level = serve::ParseLogLevel(a.log_level);
+  auto log_format = serve::ParseLogFormat(a.log_format);
+  for (const Status& s : {log_level.status(), log_format.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "gyre serve: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  auto log = std::make_shared<const serve::Log>(*log_level, *log_format, /*access_enabled=*/!a.disable_log_requests);
   serve::CorsOptions cors;
   for (auto [flag, text, out] : {std::tuple{"--allowed-origins", &a.allowed_origins, &cors.allowed_origins},
                                  std::tuple{"--allowed-methods", &a.allowed_methods, &cors.allowed_methods},
@@ -214,8 +224,8 @@ int RunServe(ServeArgs a) {
     if (!t.ok()) return Fail(t.error().WithContext(tpl_origin));
     tpl = std::move(*t);
   } else {
-    std::fprintf(stderr, "gyre serve: warning: no chat template (no --chat-template, none in %s, no %s); "
-                 "/v1/chat/completions will fail\n", a.model.c_str(), kBundledTemplate);
+    log->Message(serve::LogLevel::kWarning, "gyre serve: no chat template (no --chat-template, none in " + a.model +
+                                                ", no " + kBundledTemplate + "); /v1/chat/completions will fail");
   }
 
   auto max_model_len = serve::CheckMaxModelLen(a.max_model_len, config.max_position_embeddings,
@@ -292,6 +302,7 @@ int RunServe(ServeArgs a) {
   so.api_key = serve::ResolveApiKey(a.api_key, std::getenv(serve::kApiKeyEnv));  // read once, here
   so.kv_page_tokens = a.kv_page_tokens;
   so.cors = cors;
+  so.log = log;
   auto server = serve::Server::Create(std::move(deps), so);
   if (!server.ok()) {
     (*engine)->Stop();
@@ -407,7 +418,11 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching,
               "vLLM's flag: prefix caching is not built yet, so only --no-enable-prefix-caching (the default) is accepted");
   s->add_flag("--disable-log-requests", args->disable_log_requests,
-              "vLLM's flag: accepted; gyre serve writes no per-request log");
+              "vLLM's flag: no access log (one line per request on stderr)");
+  s->add_option("--log-level", args->log_level,
+                "debug, info, warning or error; access lines are info, so warning and error turn them off")
+      ->capture_default_str();
+  s->add_option("--log-format", args->log_format, "text, or json (one JSON object per line)")->capture_default_str();
   s->add_option("--header-timeout-ms", args->header_timeout_ms,
                 "a new connection's first request headers must arrive within this")
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}))->capture_default_str();

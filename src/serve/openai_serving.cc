@@ -46,6 +46,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     Clock::time_point arrival;
     OutputOptions output;
     std::string echo;  // sent before the generated text
+    std::shared_ptr<RequestRecord> record;  // may be null
   };
 
   GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
@@ -103,6 +104,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
   void OnClientGone() {
     if (done_) return;
     done_ = true;
+    RecordTokens();
     cfg_.engine->Cancel(id_);
     cfg_.metrics->CountFinished("abort");
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
@@ -120,8 +122,14 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     }
   }
 
+  // Before the response completes: the access log reads the record then.
+  void RecordTokens() {
+    if (s_.record) s_.record->SetTokens(s_.prompt_tokens, out_.num_tokens());
+  }
+
   void Complete(std::string_view finish_reason) {
     done_ = true;
+    RecordTokens();
     const int64_t completion = out_.num_tokens();
     if (s_.stream) {
       if (s_.chat) {
@@ -146,6 +154,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
 
   void Fail(const Status& status) {
     done_ = true;
+    RecordTokens();
     ApiError e = ApiError::FromStatus(status);
     if (e.status < 500) e = ApiError::FromStatus(Status::Internal(status.message()));
     e.message = "generation failed: " + e.message;
@@ -323,7 +332,8 @@ Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequ
   return p;
 }
 
-void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const {
+void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+                           std::shared_ptr<RequestRecord> record) const {
   const bool chat = request.chat;
   const GenerationRequest& g = request.gen;
   std::vector<int32_t>& prompt = request.prompt;
@@ -359,6 +369,8 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     s.output.stop_token_ids.insert(s.output.stop_token_ids.end(), cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end());
   }
   s.echo = std::move(request.echo);
+  if (record) record->SetId(s.meta.id);
+  s.record = std::move(record);
   auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
   auto submitted = cfg_.engine->Submit(std::move(*params), std::make_shared<RunSink>(run, ex));
   if (!submitted.ok()) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "serve/access_log.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_protocol.h"
@@ -67,8 +68,11 @@ class OpenAiServing {
   // Errors: InvalidArgument naming the field. Any thread.
   Result<Prepared> Prepare(bool chat, std::string_view body) const;
   // Submits a prepared request; the answer goes to `ex`, now or later. `arrival` is when the
-  // request was read (TTFT and end-to-end latency start there). On the exchange's strand.
-  void Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
+  // request was read (TTFT and end-to-end latency start there). `record` (may be null) gets the
+  // response id, and the token counts before the response completes (or once the client is
+  // gone). On the exchange's strand.
+  void Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+              std::shared_ptr<RequestRecord> record = nullptr) const;
 
   // The prompt ids of a chat request (template + tokenizer). Errors: InvalidArgument.
   Result<std::vector<int32_t>> ChatPromptIds(const ChatRequest& r) const;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 #include <thread>
+#include <tuple>
 
 #include "serve/observed_exchange.h"
 
@@ -169,12 +170,13 @@ void Server::OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void(
   }
 }
 
-void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) {
-  OffHttpThread(ex, [this, chat, body = std::move(body), ex, arrival] {
+void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+                      std::shared_ptr<RequestRecord> record) {
+  OffHttpThread(ex, [this, chat, body = std::move(body), ex, arrival, record] {
     auto prepared = serving_->Prepare(chat, body);
-    ex->Post([this, prepared = std::move(prepared), ex, arrival]() mutable {
+    ex->Post([this, prepared = std::move(prepared), ex, arrival, record]() mutable {
       if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
-      serving_->Submit(std::move(*prepared), ex, arrival);
+      serving_->Submit(std::move(*prepared), ex, arrival, record);
     });
   });
 }
@@ -196,7 +198,23 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
     ex->Respond(cors_.Preflight(req));
     return;
   }
-  ex = std::make_shared<ObservedExchange>(std::move(ex), cors_.ResponseHeaders(req.Header("origin")));
+  auto record = std::make_shared<RequestRecord>(NewResponseId("req-"));
+  ObservedExchange::OnDone on_done;
+  if (opts_.log && opts_.log->AccessEnabled()) {
+    on_done = [log = opts_.log, record, method = req.method, path = req.path,
+               arrival](const ObservedExchange::Outcome& o) {
+      AccessEntry e;
+      e.id = record->id();
+      e.method = method;
+      e.path = path;
+      e.status = o.status;
+      e.aborted = o.aborted;
+      std::tie(e.prompt_tokens, e.completion_tokens) = record->tokens();
+      e.latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - arrival).count();
+      log->Access(e);
+    };
+  }
+  ex = ObservedExchange::Wrap(std::move(ex), cors_.ResponseHeaders(req.Header("origin")), std::move(on_done));
   const std::string& path = req.path;
   auto allow = [&](const char* method) -> bool {
     if (req.method == method) return true;
@@ -249,11 +267,11 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       return;
     }
     if (path == "/v1/chat/completions") {
-      if (allow("POST")) Generate(/*chat=*/true, std::move(req.body), ex, arrival);
+      if (allow("POST")) Generate(/*chat=*/true, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path == "/v1/completions") {
-      if (allow("POST")) Generate(/*chat=*/false, std::move(req.body), ex, arrival);
+      if (allow("POST")) Generate(/*chat=*/false, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path == "/v1/models") {

@@ -11,7 +11,8 @@
 // (ServerOptions), so the HTTP threads stay free for other connections (/health answers while big
 // bodies are prepared). With an API key, /v1/*, /tokenize and /detokenize require
 // "Authorization: Bearer <key>" (401 otherwise). Unknown paths
-// get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413. With
+// get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413. Every
+// request that reaches the handler gets one access-log line when it ends (ServerOptions::log). With
 // allowed origins (ServerOptions::cors), CORS preflights are answered before authentication and
 // responses to allowed origins carry CORS headers (cors.h).
 //
@@ -31,6 +32,7 @@
 
 #include "engine/engine.h"
 #include "model/config.h"
+#include "serve/access_log.h"
 #include "serve/cors.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
@@ -56,6 +58,9 @@ struct ServerOptions {
   int num_prepare_threads = 2;
   int64_t max_queued_prepares = 64;
   CorsOptions cors;  // no allowed origins: no CORS headers, OPTIONS routed as any method
+  // The access log (one line per request, access_log.h); null: none. Shared: a report can come
+  // from an exchange that outlives the Server.
+  std::shared_ptr<const Log> log;
 };
 
 // Borrowed collaborators; all must outlive the Server.
@@ -90,7 +95,8 @@ class Server {
   // full; skips `work` when the client left while it waited.
   void OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void()> work);
   // Prepares a generation request on the pool, then submits it on the exchange's strand.
-  void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival);
+  void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+                std::shared_ptr<RequestRecord> record);
   // /tokenize (`tokenize`) or /detokenize, answered from the pool.
   void Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex);
   bool Authorized(const HttpRequest& req) const;
