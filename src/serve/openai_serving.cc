@@ -86,6 +86,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
   }
 
   void OnFinish(FinishReason reason, const Status& status, const Usage& usage) {
+    cfg_.metrics->ObserveEngineFinish(usage);  // also after a client left or a stop string ended it
     if (done_) return;
     if (reason == FinishReason::kError) {
       Fail(status);

@@ -82,7 +82,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
     return Status::InvalidArgument("the server needs >= 1 prepare thread and a queue bound >= 0");
   }
   std::unique_ptr<Server> s(new Server(std::move(deps), std::move(options)));
-  s->metrics_ = std::make_unique<ServeMetrics>(s->opts_.served_model_name);
+  s->metrics_ = std::make_shared<ServeMetrics>(s->opts_.served_model_name);
   ServingConfig sc;
   sc.engine = s->deps_.engine;
   sc.tokenizer = s->deps_.tokenizer;
@@ -192,29 +192,34 @@ void Server::Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpE
   });
 }
 
+std::shared_ptr<HttpExchange> Server::Observe(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                                             Clock::time_point arrival, std::shared_ptr<RequestRecord> record,
+                                             HeaderList headers) const {
+  auto on_done = [metrics = metrics_, log = opts_.log, record = std::move(record), method = req.method,
+                  path = req.path, arrival](const ObservedExchange::Outcome& o) {
+    metrics->CountRejected(o.status);
+    if (!log || !log->AccessEnabled()) return;
+    AccessEntry e;
+    e.id = record->id();
+    e.method = method;
+    e.path = path;
+    e.status = o.status;
+    e.aborted = o.aborted;
+    std::tie(e.prompt_tokens, e.completion_tokens) = record->tokens();
+    e.latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - arrival).count();
+    log->Access(e);
+  };
+  return ObservedExchange::Wrap(std::move(ex), std::move(headers), std::move(on_done));
+}
+
 void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
   const auto arrival = Clock::now();
+  auto record = std::make_shared<RequestRecord>(NewResponseId("req-"));
   if (cors_.IsPreflight(req)) {  // before authentication: browsers send preflights without credentials
-    ex->Respond(cors_.Preflight(req));
+    Observe(req, std::move(ex), arrival, record, {})->Respond(cors_.Preflight(req));
     return;
   }
-  auto record = std::make_shared<RequestRecord>(NewResponseId("req-"));
-  ObservedExchange::OnDone on_done;
-  if (opts_.log && opts_.log->AccessEnabled()) {
-    on_done = [log = opts_.log, record, method = req.method, path = req.path,
-               arrival](const ObservedExchange::Outcome& o) {
-      AccessEntry e;
-      e.id = record->id();
-      e.method = method;
-      e.path = path;
-      e.status = o.status;
-      e.aborted = o.aborted;
-      std::tie(e.prompt_tokens, e.completion_tokens) = record->tokens();
-      e.latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - arrival).count();
-      log->Access(e);
-    };
-  }
-  ex = ObservedExchange::Wrap(std::move(ex), cors_.ResponseHeaders(req.Header("origin")), std::move(on_done));
+  ex = Observe(req, std::move(ex), arrival, record, cors_.ResponseHeaders(req.Header("origin")));
   const std::string& path = req.path;
   auto allow = [&](const char* method) -> bool {
     if (req.method == method) return true;

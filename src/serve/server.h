@@ -99,6 +99,11 @@ class Server {
                 std::shared_ptr<RequestRecord> record);
   // /tokenize (`tokenize`) or /detokenize, answered from the pool.
   void Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex);
+  // `ex` wrapped so that its end is counted (rejections by status) and logged (access line), and
+  // its response carries `headers`.
+  std::shared_ptr<HttpExchange> Observe(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                                        Clock::time_point arrival, std::shared_ptr<RequestRecord> record,
+                                        HeaderList headers) const;
   bool Authorized(const HttpRequest& req) const;
   Json ModelCard() const;
 
@@ -106,7 +111,7 @@ class Server {
   const ServerDeps deps_;
   const ServerOptions opts_;
   const Cors cors_;
-  std::unique_ptr<ServeMetrics> metrics_;
+  std::shared_ptr<ServeMetrics> metrics_;  // shared: a report can come from an exchange that outlives the Server
   std::unique_ptr<OpenAiServing> serving_;
   std::unique_ptr<WorkPool> prepare_pool_;  // stopped before the engine, so no task outlives it
   std::unique_ptr<HttpServer> http_;
