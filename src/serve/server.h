@@ -10,11 +10,13 @@
 // Generation and tokenization bodies are parsed and tokenized on a bounded worker pool
 // (ServerOptions), so the HTTP threads stay free for other connections (/health answers while big
 // bodies are prepared). With an API key, /v1/*, /tokenize and /detokenize require
-// "Authorization: Bearer <key>" (401 otherwise). Unknown paths
-// get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413. Every
-// request that reaches the handler gets one access-log line when it ends (ServerOptions::log). With
-// allowed origins (ServerOptions::cors), CORS preflights are answered before authentication and
-// responses to allowed origins carry CORS headers (cors.h).
+// "Authorization: Bearer <key>" (401 otherwise). Unknown paths get 404, known paths with the
+// wrong method 405 (with Allow), oversized bodies 413.
+//
+// Every request that reaches the handler is observed when it ends (observed_exchange.h): an
+// error status is counted in the metrics, and one access-log line is written (ServerOptions::log).
+// With allowed origins (ServerOptions::cors), CORS preflights are answered before authentication
+// and responses to allowed origins carry CORS headers (cors.h).
 //
 // Lifecycle: Create (binds the port) → Start → ... → Stop. Stop stops accepting, stops the
 // engine (in-flight requests end: streams get a last chunk with finish_reason "abort"), gives
