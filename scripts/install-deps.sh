@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs gyre's build and test dependencies from Debian packages (idempotent: packages already
 # present are skipped by apt). Run as root, or with sudo available. clang 14 with its runtime
-# (libFuzzer, sanitizers) and libomp builds the `fuzz` and `asan` presets.
+# (libFuzzer, sanitizers) and libomp builds the `fuzz` and `asan` presets. prometheus ships promtool,
+# which a serve test runs on /metrics (about 20 MB with its web UI's JavaScript; installed without
+# recommends, so no node exporter; its service is not started by the install in a container).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev
-      clang-14 libclang-rt-14-dev libomp-14-dev python3 libboost1.81-dev)
+      clang-14 libclang-rt-14-dev libomp-14-dev python3 libboost1.81-dev prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -203,6 +203,81 @@ expect_fail "serve --kv-cache-dtype fp8 refused" 2 "only 'auto'" -- "$GYRE" serv
 expect_fail "serve --enable-prefix-caching refused" 2 "not built yet" -- "$GYRE" serve --enable-prefix-caching
 expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm5_tiny" --model "$FX/kimi_tiny"
 expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
+expect_fail "serve: --log-level verbose refused" 2 "debug, info, warning, error" -- "$GYRE" serve --log-level verbose
+expect_fail "serve: --log-format xml refused" 2 "text, json" -- "$GYRE" serve --log-format xml
+expect_fail "serve: malformed --allowed-origins" 2 "not a JSON list" -- "$GYRE" serve --allowed-origins '["https://a.example"'
+# --max-model-len beyond config.json's max_position_embeddings (1048576) is refused before listening.
+expect_fail "serve: --max-model-len beyond max_position_embeddings" 2 "max_position_embeddings (1048576" -- \
+  "$GYRE" serve "$FX/glm5_tiny" --port 0 --max-model-len 2000000
+
+# serve_start NAME ARGS...: `gyre serve --port 0 ARGS` in the background (SERVE_PID), its port in
+# SERVE_PORT once it prints the listening line. Extra environment goes before the call (env ...).
+serve_start() {
+  local name=$1
+  shift
+  "$@" --port 0 >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  SERVE_PID=$!
+  SERVE_PORT=""
+  for _ in $(seq 1 300); do
+    SERVE_PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$TMP/$name.out" 2>/dev/null | sed 's/.*://')
+    [ -n "$SERVE_PORT" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+serve_stop() { kill -TERM "$SERVE_PID" 2>/dev/null; wait "$SERVE_PID" 2>/dev/null; }
+# http_status PORT PATH [AUTH_KEY]: the HTTP status of GET PATH (with a bearer key when given).
+http_status() {
+  python3 - "$@" <<'PY'
+import sys, urllib.request, urllib.error
+port, path = sys.argv[1], sys.argv[2]
+req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+if len(sys.argv) > 3:
+    req.add_header("Authorization", "Bearer " + sys.argv[3])
+try:
+    print(urllib.request.urlopen(req, timeout=10).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+PY
+}
+
+# The API key comes from $GYRE_API_KEY unless --api-key is given; the flag wins.
+if serve_start env_key env GYRE_API_KEY=from-env "$GYRE" serve "$FX/glm5_tiny"; then
+  a=$(http_status "$SERVE_PORT" /v1/models) b=$(http_status "$SERVE_PORT" /v1/models from-env)
+  [ "$a" = 401 ] && [ "$b" = 200 ] && pass "serve: GYRE_API_KEY guards /v1" || fail "serve: GYRE_API_KEY: $a $b"
+  serve_stop
+  grep -q ' INFO access id=req-[A-Za-z0-9]* method=GET path=/v1/models status=401 ' "$TMP/env_key.err" \
+    && pass "serve: text access log line" || fail "serve: no text access line: $(head -c 300 "$TMP/env_key.err")"
+else
+  fail "serve with GYRE_API_KEY did not start: $(head -c 300 "$TMP/env_key.err")"; serve_stop
+fi
+if serve_start flag_key env GYRE_API_KEY=from-env "$GYRE" serve "$FX/glm5_tiny" --api-key from-flag --log-format json; then
+  a=$(http_status "$SERVE_PORT" /v1/models from-env) b=$(http_status "$SERVE_PORT" /v1/models from-flag)
+  [ "$a" = 401 ] && [ "$b" = 200 ] && pass "serve: --api-key wins over GYRE_API_KEY" || fail "serve: --api-key: $a $b"
+  serve_stop
+  python3 - "$TMP/flag_key.err" <<'PY' && pass "serve: --log-format json access lines" || fail "serve: json access lines"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+access = [l for l in lines if l.get("event") == "access"]
+assert [l["status"] for l in access] == [401, 200], access
+assert all(l["path"] == "/v1/models" and l["method"] == "GET" for l in access)
+PY
+else
+  fail "serve with --api-key did not start: $(head -c 300 "$TMP/flag_key.err")"; serve_stop
+fi
+
+# --allow-long-max-model-len lets it through (the KV budget must still hold it).
+if serve_start long_len "$GYRE" serve "$FX/glm5_tiny" --max-model-len 1100000 --allow-long-max-model-len --kv-memory 560M \
+    --disable-log-requests; then
+  grep -q "max model len 1100000" "$TMP/long_len.out" && pass "serve: --allow-long-max-model-len" \
+    || fail "serve: --allow-long-max-model-len: $(head -c 300 "$TMP/long_len.out")"
+  h=$(http_status "$SERVE_PORT" /health)
+  serve_stop
+  [ "$h" = 200 ] && ! grep -q "access" "$TMP/long_len.err" && pass "serve: --disable-log-requests" \
+    || fail "serve: --disable-log-requests: $h $(head -c 300 "$TMP/long_len.err")"
+else
+  fail "serve --allow-long-max-model-len did not start: $(head -c 300 "$TMP/long_len.err")"; serve_stop
+fi
 
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]

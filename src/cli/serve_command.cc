@@ -7,12 +7,14 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <pthread.h>
 #include <sstream>
+#include <tuple>
 
 #include "core/trace.h"
 #include "engine/engine.h"
@@ -24,6 +26,7 @@
 #include "runtime/cuda_model.h"
 #endif
 #include "serve/chat_template.h"
+#include "serve/launch_options.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,13 +42,16 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_model_name;
-  std::string api_key;
+  std::optional<std::string> api_key;  // --api-key; absent: $GYRE_API_KEY
   int64_t max_num_seqs = EngineOptions{}.max_num_seqs;
   std::string kv_memory = "256M";
   int64_t max_num_batched_tokens = EngineOptions{}.max_num_batched_tokens;
   int64_t kv_page_tokens = EngineOptions{}.kv_page_tokens;
   int64_t max_waiting = EngineOptions{}.max_waiting;
   int64_t max_model_len = 0;
+  bool allow_long_max_model_len = false;
+  // CORS (serve/cors.h): lists as JSON or comma-separated.
+  std::string allowed_origins, allowed_methods = "*", allowed_headers = "*";
   std::string chat_template;
   int http_threads = 2;
   std::string act = "f32";
@@ -65,6 +71,7 @@ struct ServeArgs {
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = false;
   bool disable_log_requests = false;
+  std::string log_level = "info", log_format = "text";
   // HTTP hardening knobs (serve::ServerOptions / HttpServerOptions).
   int64_t header_timeout_ms = serve::HttpServerOptions{}.header_timeout_ms;
   int64_t max_connections = serve::HttpServerOptions{}.max_connections;
@@ -138,6 +145,26 @@ int RunServe(ServeArgs a) {
     return 2;
   }
   if (!a.model_positional.empty()) a.model = a.model_positional;
+  auto log_level = serve::ParseLogLevel(a.log_level);
+  auto log_format = serve::ParseLogFormat(a.log_format);
+  for (const Status& s : {log_level.status(), log_format.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "gyre serve: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
+  auto log = std::make_shared<const serve::Log>(*log_level, *log_format, /*access_enabled=*/!a.disable_log_requests);
+  serve::CorsOptions cors;
+  for (auto [flag, text, out] : {std::tuple{"--allowed-origins", &a.allowed_origins, &cors.allowed_origins},
+                                 std::tuple{"--allowed-methods", &a.allowed_methods, &cors.allowed_methods},
+                                 std::tuple{"--allowed-headers", &a.allowed_headers, &cors.allowed_headers}}) {
+    auto list = serve::ParseCorsList(*text, flag);
+    if (!list.ok()) {
+      std::fprintf(stderr, "gyre serve: %s\n", list.status().message().c_str());
+      return 2;
+    }
+    *out = std::move(*list);
+  }
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and
   // only sigwait below receives them.
   sigset_t sigs;
@@ -201,17 +228,24 @@ int RunServe(ServeArgs a) {
     if (!t.ok()) return Fail(t.error().WithContext(tpl_origin));
     tpl = std::move(*t);
   } else {
-    std::fprintf(stderr, "gyre serve: warning: no chat template (no --chat-template, none in %s, no %s); "
-                 "/v1/chat/completions will fail\n", a.model.c_str(), kBundledTemplate);
+    log->Message(serve::LogLevel::kWarning, "gyre serve: no chat template (no --chat-template, none in " + a.model +
+                                                ", no " + kBundledTemplate + "); /v1/chat/completions will fail");
   }
 
+  auto max_model_len = serve::CheckMaxModelLen(a.max_model_len, config.max_position_embeddings,
+                                              a.allow_long_max_model_len);
+  if (!max_model_len.ok()) {
+    std::fprintf(stderr, "gyre serve: %s\n", max_model_len.status().message().c_str());
+    return 2;
+  }
   EngineOptions eo;
   eo.max_num_seqs = a.max_num_seqs;
   eo.kv_page_tokens = a.kv_page_tokens;
   eo.kv_memory_bytes = *kv_bytes;
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
   eo.max_waiting = a.max_waiting;
-  eo.max_model_len = a.max_model_len;
+  eo.max_model_len = *max_model_len;
+  eo.max_model_len_cap = config.max_position_embeddings;
   eo.overlap_steps = !a.disable_overlap;
   Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
@@ -241,6 +275,9 @@ int RunServe(ServeArgs a) {
     backend_line = line;
     runner = std::move(*gpu);
     eo.max_model_len = a.max_model_len > 0 ? a.max_model_len : std::min(co.max_seq_tokens, cap.num_pages * cap.page_tokens);
+    if (a.max_model_len == 0 && config.max_position_embeddings > 0) {
+      eo.max_model_len = std::min(eo.max_model_len, config.max_position_embeddings);
+    }
     engine = Engine::Create(*runner, eo);
 #else
     return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
@@ -289,8 +326,10 @@ int RunServe(ServeArgs a) {
   so.http.max_connections = a.max_connections;
   so.num_prepare_threads = a.prepare_threads;
   so.served_model_name = a.served_model_name.empty() ? model_name : a.served_model_name;
-  so.api_key = a.api_key;
+  so.api_key = serve::ResolveApiKey(a.api_key, std::getenv(serve::kApiKeyEnv));  // read once, here
   so.kv_page_tokens = a.kv_page_tokens;
+  so.cors = cors;
+  so.log = log;
   auto server = serve::Server::Create(std::move(deps), so);
   if (!server.ok()) {
     (*engine)->Stop();
@@ -357,7 +396,9 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--host", args->host, "address to listen on (default 127.0.0.1)");
   s->add_option("--port", args->port, "port (default 8000; 0 picks a free one)")->check(CLI::Range(0, 65535));
   s->add_option("--served-model-name", args->served_model_name, "model name in the API (default: the folder name)");
-  s->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  s->add_option("--api-key", args->api_key,
+                "require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (default: $GYRE_API_KEY; "
+                "unset or empty: no key; --api-key '' turns it off whatever the environment says)");
   s->add_option("--max-num-seqs", args->max_num_seqs, "concurrent sequences (KDA state slots)")
       ->check(CLI::PositiveNumber);
   s->add_option("--kv-memory", args->kv_memory, "latent KV-cache budget in bytes (suffixes K, M, G; default 256M)");
@@ -366,8 +407,19 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--kv-page-tokens", args->kv_page_tokens, "tokens per KV page")->check(CLI::PositiveNumber);
   s->add_option("--max-waiting", args->max_waiting, "queue bound; beyond it requests get 429")
       ->check(CLI::PositiveNumber);
-  s->add_option("--max-model-len", args->max_model_len, "context length (default: what the KV budget holds)")
+  s->add_option("--max-model-len", args->max_model_len,
+                "context length (default: what the KV budget holds, at most config.json's max_position_embeddings; "
+                "a longer value is refused unless --allow-long-max-model-len)")
       ->check(CLI::NonNegativeNumber);
+  s->add_flag("--allow-long-max-model-len", args->allow_long_max_model_len,
+              "accept a --max-model-len beyond the model's max_position_embeddings (positions it was never trained on)");
+  s->add_option("--allowed-origins", args->allowed_origins,
+                "CORS: origins browsers may call from, as a JSON list or comma-separated ('*': any; default: none, "
+                "no CORS headers)");
+  s->add_option("--allowed-methods", args->allowed_methods, "CORS: methods a preflight may ask for ('*': any)")
+      ->capture_default_str();
+  s->add_option("--allowed-headers", args->allowed_headers, "CORS: request headers a preflight may ask for ('*': any)")
+      ->capture_default_str();
   s->add_option("--chat-template", args->chat_template, "Jinja chat template file");
   s->add_option("--http-threads", args->http_threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 256));
   s->add_option("--act", args->act, "cpu: activation dtype f32 (default) or bf16");
@@ -397,7 +449,11 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching,
               "vLLM's flag: prefix caching is not built yet, so only --no-enable-prefix-caching (the default) is accepted");
   s->add_flag("--disable-log-requests", args->disable_log_requests,
-              "vLLM's flag: accepted; gyre serve writes no per-request log");
+              "vLLM's flag: no access log (one line per request on stderr)");
+  s->add_option("--log-level", args->log_level,
+                "debug, info, warning or error; access lines are info, so warning and error turn them off")
+      ->capture_default_str();
+  s->add_option("--log-format", args->log_format, "text, or json (one JSON object per line)")->capture_default_str();
   s->add_option("--header-timeout-ms", args->header_timeout_ms,
                 "a new connection's first request headers must arrive within this")
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}))->capture_default_str();

@@ -2,10 +2,17 @@
 //
 //   gyre serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--served-model-name NAME]
 //              [--api-key KEY] [--max-num-seqs N] [--kv-memory BYTES] [--max-num-batched-tokens N]
-//              [--kv-page-tokens N] [--max-waiting N] [--max-model-len N] [--chat-template FILE]
-//              [--http-threads N] [--act f32|bf16]
+//              [--kv-page-tokens N] [--max-waiting N] [--max-model-len N [--allow-long-max-model-len]]
+//              [--chat-template FILE] [--http-threads N] [--act f32|bf16]
+//              [--allowed-origins LIST [--allowed-methods LIST] [--allowed-headers LIST]]
+//              [--log-level debug|info|warning|error] [--log-format text|json] [--disable-log-requests]
 //
-// --model defaults to tests/fixtures/glm5_tiny (relative to the working directory); --port 0 picks
+// Without --api-key the key comes from $GYRE_API_KEY (read once, at startup). --max-model-len is
+// capped by config.json's max_position_embeddings (a larger value is a usage error unless
+// --allow-long-max-model-len). The access log (one line per request) goes to stderr; docs/serve.md
+// ("Launch flags") says what each of these does.
+//
+// --model defaults to tests/fixtures/glm5_mini (relative to the working directory); --port 0 picks
 // a free port. --kv-memory takes a byte count with an optional suffix (K, M, G, T: powers of 1024;
 // KB/MB/GB: powers of 1000). The chat template is the first of: --chat-template FILE, the
 // model's tokenizer_config.json "chat_template", the bundled GLM template

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -51,6 +52,9 @@ struct Request {
   SlotId slot = -1;             // -1 while waiting (or after preemption)
   std::vector<PageId> pages;    // block table
   bool cancel = false;
+  // Phase boundaries for Usage (steady clock): Submit, first admission, first and last token.
+  // Zero until reached; a preempted request keeps its first admission.
+  std::chrono::steady_clock::time_point submitted, first_scheduled, first_token, last_token;
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
 };
 
@@ -116,6 +120,7 @@ class EngineImpl final : public Engine {
     r->sink = std::move(sink);
     r->tokens = r->params.prompt;
     r->num_prompt = static_cast<int64_t>(r->tokens.size());
+    r->submitted = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(mu_);
     if (!running_flag_) return Status::Unavailable("the engine is not running");
     if (static_cast<int64_t>(inbox_.size() + num_waiting_) >= opts_.max_waiting) {
@@ -238,7 +243,21 @@ class EngineImpl final : public Engine {
   void Finish(Request& r, FinishReason reason, const Status& s = Status()) {
     FreeMemory(r);
     ++requests_finished_;
-    r.sink->OnFinish(reason, s, Usage{r.num_prompt, r.num_generated()});
+    r.sink->OnFinish(reason, s, PhaseUsage(r));
+  }
+
+  // Usage with the phase times; a request still waiting has queued until now.
+  static Usage PhaseUsage(const Request& r) {
+    using TimePoint = std::chrono::steady_clock::time_point;
+    auto seconds = [](TimePoint from, TimePoint to) {
+      return from == TimePoint{} || to == TimePoint{} ? 0.0 : std::chrono::duration<double>(to - from).count();
+    };
+    Usage u{r.num_prompt, r.num_generated()};
+    const bool admitted = r.first_scheduled != TimePoint{};
+    u.queue_s = seconds(r.submitted, admitted ? r.first_scheduled : std::chrono::steady_clock::now());
+    u.prefill_s = seconds(r.first_scheduled, r.first_token);
+    u.decode_s = seconds(r.first_token, r.last_token);
+    return u;
   }
 
   void ReapCancelled() {
@@ -319,6 +338,9 @@ class EngineImpl final : public Engine {
       const int64_t n = std::min(static_cast<int64_t>(r->tokens.size()), budget);
       if (PagesFor(n) > pages_.num_free()) break;
       r->slot = *slots_.AllocateOne();
+      if (r->first_scheduled == std::chrono::steady_clock::time_point{}) {
+        r->first_scheduled = std::chrono::steady_clock::now();
+      }
       r->num_scheduled = 0;
       r->pending = 0;
       running_.push_back(std::move(waiting_.front()));
@@ -397,7 +419,11 @@ class EngineImpl final : public Engine {
       ev.logprob = t.logprob;
       ev.top = t.top;
       r->tokens.push_back(t.id);
-      if (r->num_generated() == 1) prompt_tokens_total_ += r->num_prompt;
+      r->last_token = std::chrono::steady_clock::now();
+      if (r->num_generated() == 1) {
+        prompt_tokens_total_ += r->num_prompt;
+        r->first_token = r->last_token;
+      }
       ++generation_tokens_total_;
       r->sink->OnToken(ev);
       const auto& p = r->params;
@@ -511,6 +537,8 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
                                        " tokens)");
     }
     max_len = o.max_model_len;
+  } else if (o.max_model_len_cap > 0) {
+    max_len = std::min(max_len, o.max_model_len_cap);
   }
   return std::unique_ptr<Engine>(new EngineImpl(runner, std::move(owned), o, max_len));
 }

@@ -47,6 +47,10 @@ const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled",
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Where the request's time went, in seconds (vLLM's phases): queue = Submit → first scheduled,
+  // prefill = first scheduled → first token, decode = first token → last token. A phase the
+  // request never reached is 0 (a request cancelled while waiting has only a queue time).
+  double queue_s = 0, prefill_s = 0, decode_s = 0;
 };
 
 class RequestSink {
@@ -64,7 +68,8 @@ struct EngineOptions {
   int64_t kv_memory_bytes = 256 << 20;   // budget of the paged latent cache (all layers)
   int64_t max_num_batched_tokens = 256;  // per-step token budget (prefill chunks + decodes)
   int64_t max_waiting = 256;             // queue bound; beyond it Submit returns ResourceExhausted
-  int64_t max_model_len = 0;             // 0: derived from the KV budget
+  int64_t max_model_len = 0;             // 0: derived from the KV budget (and capped by max_model_len_cap)
+  int64_t max_model_len_cap = 0;         // > 0: a derived max_model_len is at most this (the model's trained length)
   // Launch step n+1 before collecting step n (the runner resolves the in-flight token on the
   // device), so scheduling and token emission overlap the model's work. Off: one step at a time.
   bool overlap_steps = true;

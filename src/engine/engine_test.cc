@@ -402,5 +402,73 @@ TEST(Engine, QueueFullIsResourceExhaustedAndStopEndsEverything) {
   }
 }
 
+// max_model_len_cap bounds the length derived from the KV budget, never an explicit one.
+TEST(Engine, MaxModelLenCapBoundsTheDerivedLength) {
+  auto model = MakeModel();
+  auto max_len = [&](const EngineOptions& eo) -> int64_t {
+    auto engine = Engine::Create(*model, eo);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    if (!engine.ok() || !(*engine)->Start().ok()) return -1;
+    const int64_t n = (*engine)->Stats().max_model_len;  // published at Start
+    (*engine)->Stop();
+    return n;
+  };
+  EngineOptions eo;
+  const int64_t budget = max_len(eo);
+  ASSERT_GT(budget, 100);
+  eo.max_model_len_cap = 100;
+  EXPECT_EQ(max_len(eo), 100);
+  eo.max_model_len_cap = budget + 1;
+  EXPECT_EQ(max_len(eo), budget);
+  eo.max_model_len_cap = 100;
+  eo.max_model_len = 200;
+  EXPECT_EQ(max_len(eo), 200);
+}
+
+// Usage carries the phase times /metrics histograms: a request that ran has a prefill time and,
+// with more than one token, a decode time; one token means no decode phase; a request that never
+// left the queue has only a queue time.
+TEST(Engine, UsageReportsPhaseTimes) {
+  auto model = MakeModel();
+  EngineOptions eo;
+  eo.max_num_seqs = 1;
+  auto engine = Engine::Create(*model, eo);
+  ASSERT_TRUE((*engine)->Start().ok());
+  auto submit = [&](int64_t max_tokens, uint64_t seed) {
+    RequestParams p;
+    p.prompt = Ids(8, seed);
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    auto s = std::make_shared<Collector>();
+    EXPECT_TRUE((*engine)->Submit(p, s).ok());
+    return s;
+  };
+  auto several = submit(6, 70);
+  several->Wait();
+  EXPECT_EQ(several->usage.completion_tokens, 6);
+  EXPECT_GE(several->usage.queue_s, 0);
+  EXPECT_GT(several->usage.prefill_s, 0);
+  EXPECT_GT(several->usage.decode_s, 0);
+  auto one = submit(1, 71);
+  one->Wait();
+  EXPECT_EQ(one->usage.completion_tokens, 1);
+  EXPECT_GT(one->usage.prefill_s, 0);
+  EXPECT_EQ(one->usage.decode_s, 0);
+  // One slot: the second request waits behind a long one and is ended by Stop while queued.
+  auto running = submit(100000 - 9, 72);
+  auto queued = submit(4, 73);
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::lock_guard<std::mutex> l(running->mu);
+    if (!running->ids.empty()) break;
+  }
+  (*engine)->Stop();
+  ASSERT_EQ(queued->num_finish, 1);
+  EXPECT_EQ(queued->usage.completion_tokens, 0);
+  EXPECT_GT(queued->usage.queue_s, 0);
+  EXPECT_EQ(queued->usage.prefill_s, 0);
+  EXPECT_EQ(queued->usage.decode_s, 0);
+}
+
 }  // namespace
 }  // namespace gyre

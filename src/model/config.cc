@@ -160,6 +160,8 @@ Status ParseCommon(const Fields& f, ModelConfig* c) {
   GYRE_RETURN_IF_ERROR(f.Bool({"norm_topk_prob", "moe_renormalize"}, &c->norm_topk_prob));
   GYRE_RETURN_IF_ERROR(f.Bool({"tie_word_embeddings"}, &c->tie_word_embeddings));
   GYRE_RETURN_IF_ERROR(f.Int({"num_nextn_predict_layers"}, &c->num_nextn_predict_layers));
+  GYRE_RETURN_IF_ERROR(f.Int({"max_position_embeddings"}, &c->max_position_embeddings));
+  if (c->max_position_embeddings < 0) return Status::InvalidArgument("max_position_embeddings must be >= 0");
   GYRE_RETURN_IF_ERROR(ParseTokenIds(f.Get({"eos_token_id"}), "eos_token_id", &c->eos_token_ids));
   int64_t v = -1;
   GYRE_RETURN_IF_ERROR(f.Int({"bos_token_id"}, &v));

@@ -84,6 +84,9 @@ struct ModelConfig {
 
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> bos_token_id, pad_token_id;
+  // The longest context the checkpoint was trained for (config.json max_position_embeddings);
+  // 0 when the file does not say. `gyre serve` caps --max-model-len by it.
+  int64_t max_position_embeddings = 0;
 
   int64_t NumLayers(AttnKind k) const;
 };

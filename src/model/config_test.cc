@@ -55,6 +55,7 @@ void ExpectMatchesResolved(const std::string& fixture) {
   EXPECT_EQ(c->linear_num_heads, r["linear_num_heads"].get<int64_t>());
   EXPECT_EQ(c->linear_head_dim, r["linear_head_dim"].get<int64_t>());
   EXPECT_EQ(c->qk_head_dim(), r["qk_head_dim"].get<int64_t>());
+  EXPECT_EQ(c->max_position_embeddings, r.value("max_position_embeddings", int64_t{0})) << fixture;
 }
 
 TEST(ModelConfig, FixturesMatchReferenceResolvedConfigs) {
@@ -77,6 +78,7 @@ TEST(ModelConfig, Glm5Defaults) {
   EXPECT_EQ(c->qk_head_dim(), 256);
   EXPECT_EQ(*c->swiglu_limit, 10.0f);
   for (auto t : c->indexer_types) EXPECT_EQ(t, IndexerKind::kFull);
+  EXPECT_EQ(c->max_position_embeddings, 0);  // absent: unknown, nothing is capped by it
 }
 
 TEST(ModelConfig, IndexerSchedules) {

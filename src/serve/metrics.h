@@ -1,15 +1,24 @@
 // Serving metrics and their Prometheus text exposition (format 0.0.4), named after vLLM's
-// `vllm:` metrics with a `gyre:` prefix so dashboards carry over:
-//   gyre:time_to_first_token_seconds   histogram  request arrival → first token
-//   gyre:inter_token_latency_seconds   histogram  gap between consecutive tokens of a request
-//   gyre:e2e_request_latency_seconds   histogram  request arrival → last byte queued
-//   gyre:request_success_total{finished_reason="stop|length|abort|error"}  counter
-//   gyre:prompt_tokens_total, gyre:generation_tokens_total, gyre:num_preemptions_total  counters
-//   gyre:num_requests_running, gyre:num_requests_waiting                                gauges
-//   gyre:kv_cache_usage_perc (fraction 0..1 of latent-cache pages in use, as vLLM),
-//   gyre:kv_cache_pages_used/_total, gyre:kda_state_slots_used/_total                  gauges
-// Token counters and pool gauges come from EngineStats at scrape time; latencies are observed by
-// the HTTP layer. Every series carries model_name="<served name>".
+// `vllm:` metrics with a `gyre_` prefix (a colon is reserved for recording rules, and
+// `promtool check metrics` refuses it), so a vLLM dashboard carries over by renaming the prefix:
+//   gyre_time_to_first_token_seconds   histogram  request arrival → first token
+//   gyre_inter_token_latency_seconds   histogram  gap between consecutive tokens of a request
+//   gyre_e2e_request_latency_seconds   histogram  request arrival → last byte queued
+//   gyre_request_queue_time_seconds, gyre_request_prefill_time_seconds,
+//   gyre_request_decode_time_seconds   histograms  the engine's phases of each finished request
+//   gyre_request_prompt_tokens, gyre_request_generation_tokens   histograms  tokens per request
+//   gyre_request_success_total{finished_reason="stop|length|abort|error"}  counter
+//   gyre_request_rejected_total{status="400|401|404|…"}   counter  answers with an HTTP error status
+//   gyre_prompt_tokens_total, gyre_generation_tokens_total, gyre_num_preemptions_total  counters
+//   gyre_num_requests_running, gyre_num_requests_waiting                                gauges
+//   gyre_kv_cache_usage_perc (fraction 0..1 of latent-cache pages in use, as vLLM),
+//   gyre_kv_cache_pages_used/_capacity, gyre_kda_state_slots_used/_capacity            gauges
+//   process_cpu_seconds_total (counter), process_resident_memory_bytes,
+//   process_virtual_memory_bytes, process_open_fds, process_max_fds,
+//   process_start_time_seconds (gauges)   the standard process metrics, from /proc (no labels)
+// Counters end in _total and nothing else does. Token counters and pool gauges come from
+// EngineStats at scrape time; latencies are observed by the HTTP layer. Every gyre_ series
+// carries model_name="<served name>".
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
@@ -55,15 +64,23 @@ class ServeMetrics {
   void ObserveE2e(double seconds) { e2e_.Observe(seconds); }
   // `reason`: "stop", "length", "abort" or "error".
   void CountFinished(std::string_view reason);
+  // One request the engine finished (any reason): its phase times and token counts.
+  void ObserveEngineFinish(const Usage& usage);
+  // One answer with an HTTP error status (>= 400; others are ignored).
+  void CountRejected(int http_status);
 
-  // The whole exposition, with the engine's counters and gauges from `stats`.
+  // The whole exposition, with the engine's counters and gauges from `stats` and the process
+  // metrics (left out where /proc cannot be read).
   std::string Render(const EngineStats& stats) const;
 
  private:
   const std::string model_name_;
   Histogram ttft_, itl_, e2e_;
+  Histogram queue_, prefill_, decode_;
+  Histogram prompt_tokens_, generation_tokens_;
   mutable std::mutex mu_;
   std::map<std::string, uint64_t, std::less<>> finished_;  // guarded by mu_
+  std::map<int, uint64_t> rejected_;                       // guarded by mu_; by HTTP status
 };
 
 // Escapes a Prometheus label value (backslash, double quote, newline).

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <regex>
 #include <sstream>
+
+#include "serve/process_metrics.h"
 
 namespace gyre::serve {
 namespace {
@@ -41,7 +44,7 @@ TEST(ServeMetrics, ExpositionFormat) {
   const std::string text = m.Render(st);
 
   // Every non-comment line is `name{labels} value`; every metric has HELP and TYPE lines.
-  const std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\} [-+0-9.eInf]+$)");
+  const std::regex sample(R"(^[a-zA-Z_][a-zA-Z0-9_]*(\{[^}]*\})? [-+0-9.eInf]+$)");
   std::istringstream in(text);
   std::string line;
   int samples = 0;
@@ -53,32 +56,123 @@ TEST(ServeMetrics, ExpositionFormat) {
   EXPECT_GT(samples, 40);
   auto has = [&](const std::string& s) { return text.find(s) != std::string::npos; };
   const std::string L = "model_name=\"tiny \\\"model\\\"\"";
-  EXPECT_TRUE(has("# TYPE gyre:time_to_first_token_seconds histogram\n"));
-  EXPECT_TRUE(has("gyre:time_to_first_token_seconds_bucket{" + L + ",le=\"0.001\"} 0\n"));
-  EXPECT_TRUE(has("gyre:time_to_first_token_seconds_bucket{" + L + ",le=\"0.005\"} 1\n"));
-  EXPECT_TRUE(has("gyre:time_to_first_token_seconds_bucket{" + L + ",le=\"+Inf\"} 1\n"));
-  EXPECT_TRUE(has("gyre:time_to_first_token_seconds_count{" + L + "} 1\n"));
-  EXPECT_TRUE(has("# TYPE gyre:inter_token_latency_seconds histogram\n"));
-  EXPECT_TRUE(has("# TYPE gyre:e2e_request_latency_seconds histogram\n"));
-  EXPECT_TRUE(has("gyre:request_success_total{" + L + ",finished_reason=\"stop\"} 2\n"));
-  EXPECT_TRUE(has("gyre:request_success_total{" + L + ",finished_reason=\"abort\"} 1\n"));
-  EXPECT_TRUE(has("gyre:request_success_total{" + L + ",finished_reason=\"length\"} 0\n"));
-  EXPECT_TRUE(has("# TYPE gyre:prompt_tokens_total counter\n"));
-  EXPECT_TRUE(has("gyre:prompt_tokens_total{" + L + "} 100\n"));
-  EXPECT_TRUE(has("gyre:generation_tokens_total{" + L + "} 50\n"));
-  EXPECT_TRUE(has("gyre:num_preemptions_total{" + L + "} 3\n"));
-  EXPECT_TRUE(has("# TYPE gyre:num_requests_running gauge\n"));
-  EXPECT_TRUE(has("gyre:num_requests_running{" + L + "} 2\n"));
-  EXPECT_TRUE(has("gyre:num_requests_waiting{" + L + "} 1\n"));
-  EXPECT_TRUE(has("gyre:kv_cache_usage_perc{" + L + "} 0.5\n"));
-  EXPECT_TRUE(has("gyre:kda_state_slots_used{" + L + "} 2\n"));
-  EXPECT_TRUE(has("gyre:kda_state_slots_total{" + L + "} 4\n"));
+  EXPECT_TRUE(has("# TYPE gyre_time_to_first_token_seconds histogram\n"));
+  EXPECT_TRUE(has("gyre_time_to_first_token_seconds_bucket{" + L + ",le=\"0.001\"} 0\n"));
+  EXPECT_TRUE(has("gyre_time_to_first_token_seconds_bucket{" + L + ",le=\"0.005\"} 1\n"));
+  EXPECT_TRUE(has("gyre_time_to_first_token_seconds_bucket{" + L + ",le=\"+Inf\"} 1\n"));
+  EXPECT_TRUE(has("gyre_time_to_first_token_seconds_count{" + L + "} 1\n"));
+  EXPECT_TRUE(has("# TYPE gyre_inter_token_latency_seconds histogram\n"));
+  EXPECT_TRUE(has("# TYPE gyre_e2e_request_latency_seconds histogram\n"));
+  EXPECT_TRUE(has("gyre_request_success_total{" + L + ",finished_reason=\"stop\"} 2\n"));
+  EXPECT_TRUE(has("gyre_request_success_total{" + L + ",finished_reason=\"abort\"} 1\n"));
+  EXPECT_TRUE(has("gyre_request_success_total{" + L + ",finished_reason=\"length\"} 0\n"));
+  EXPECT_TRUE(has("# TYPE gyre_prompt_tokens_total counter\n"));
+  EXPECT_TRUE(has("gyre_prompt_tokens_total{" + L + "} 100\n"));
+  EXPECT_TRUE(has("gyre_generation_tokens_total{" + L + "} 50\n"));
+  EXPECT_TRUE(has("gyre_num_preemptions_total{" + L + "} 3\n"));
+  EXPECT_TRUE(has("# TYPE gyre_num_requests_running gauge\n"));
+  EXPECT_TRUE(has("gyre_num_requests_running{" + L + "} 2\n"));
+  EXPECT_TRUE(has("gyre_num_requests_waiting{" + L + "} 1\n"));
+  EXPECT_TRUE(has("gyre_kv_cache_usage_perc{" + L + "} 0.5\n"));
+  EXPECT_TRUE(has("gyre_kda_state_slots_used{" + L + "} 2\n"));
+  EXPECT_TRUE(has("gyre_kda_state_slots_capacity{" + L + "} 4\n"));
 }
 
 TEST(ServeMetrics, EmptyPoolsGiveZeroUsage) {
   ServeMetrics m("x");
   const std::string text = m.Render(EngineStats{});
-  EXPECT_NE(text.find("gyre:kv_cache_usage_perc{model_name=\"x\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("gyre_kv_cache_usage_perc{model_name=\"x\"} 0\n"), std::string::npos);
+}
+
+TEST(ServeMetrics, PhaseAndTokenHistogramsAndRejections) {
+  ServeMetrics m("x");
+  m.ObserveEngineFinish(Usage{.prompt_tokens = 7, .completion_tokens = 3, .queue_s = 0.002, .prefill_s = 0.2,
+                              .decode_s = 1.2});
+  m.CountRejected(400);
+  m.CountRejected(400);
+  m.CountRejected(418);
+  m.CountRejected(200);  // not an error: not counted
+  const std::string text = m.Render(EngineStats{});
+  auto has = [&](const std::string& s) { return text.find(s) != std::string::npos; };
+  const std::string L = "model_name=\"x\"";
+  for (const std::string& line : std::initializer_list<std::string>{
+       "# TYPE gyre_request_queue_time_seconds histogram\n",
+       "gyre_request_queue_time_seconds_bucket{" + L + ",le=\"0.001\"} 0\n",
+       "gyre_request_queue_time_seconds_bucket{" + L + ",le=\"0.005\"} 1\n",
+       "gyre_request_prefill_time_seconds_bucket{" + L + ",le=\"0.1\"} 0\n",
+       "gyre_request_prefill_time_seconds_bucket{" + L + ",le=\"0.3\"} 1\n",
+       "gyre_request_decode_time_seconds_bucket{" + L + ",le=\"1\"} 0\n",
+       "gyre_request_decode_time_seconds_bucket{" + L + ",le=\"1.5\"} 1\n",
+       "gyre_request_decode_time_seconds_sum{" + L + "} 1.2\n",
+       "gyre_request_prompt_tokens_bucket{" + L + ",le=\"5\"} 0\n",
+       "gyre_request_prompt_tokens_bucket{" + L + ",le=\"10\"} 1\n",
+       "gyre_request_prompt_tokens_bucket{" + L + ",le=\"1000000\"} 1\n",
+       "gyre_request_generation_tokens_bucket{" + L + ",le=\"2\"} 0\n",
+       "gyre_request_generation_tokens_bucket{" + L + ",le=\"5\"} 1\n",
+       "gyre_request_generation_tokens_count{" + L + "} 1\n",
+       "# TYPE gyre_request_rejected_total counter\n",
+       "gyre_request_rejected_total{" + L + ",status=\"400\"} 2\n",
+       "gyre_request_rejected_total{" + L + ",status=\"418\"} 1\n",
+       "gyre_request_rejected_total{" + L + ",status=\"404\"} 0\n",  // present before the first
+       }) {
+    EXPECT_TRUE(has(line)) << line;
+  }
+  EXPECT_FALSE(has("status=\"200\""));
+}
+
+// Counters end in _total and nothing else does (a gauge named *_total reads as a counter to
+// Prometheus tooling); every family has its HELP line right before its TYPE line.
+TEST(ServeMetrics, OnlyCountersEndInTotal) {
+  ServeMetrics m("x");
+  const std::string text = m.Render(EngineStats{});
+  std::istringstream in(text);
+  std::string line;
+  int families = 0;
+  std::string last_help;
+  while (std::getline(in, line)) {
+    if (line.rfind("# HELP ", 0) == 0) last_help = line.substr(7, line.find(' ', 7) - 7);
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    std::istringstream t(line.substr(7));
+    std::string name, type;
+    t >> name >> type;
+    ++families;
+    EXPECT_EQ(last_help, name) << "no HELP line right before TYPE " << name;
+    const bool total = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
+    EXPECT_EQ(total, type == "counter") << name << " is a " << type;
+  }
+  EXPECT_GT(families, 20);
+}
+
+TEST(ProcessMetrics, ParsesProcStat) {
+  // The command name may hold spaces and ')'; fields 14/15 utime/stime, 22 starttime, 23 vsize, 24 rss.
+  const std::string stat =
+      "1234 (a b) c) S 1 2 3 4 5 6 7 8 9 10 100 50 0 0 20 0 1 0 5000 123456789 300 18446744073709551615\n";
+  ProcessStats p;
+  ASSERT_TRUE(ParseProcStat(stat, 100, 4096, 1000, &p).ok());
+  EXPECT_DOUBLE_EQ(p.cpu_seconds, 1.5);
+  EXPECT_DOUBLE_EQ(p.start_time_seconds, 1050.0);
+  EXPECT_EQ(p.virtual_memory_bytes, 123456789);
+  EXPECT_EQ(p.resident_memory_bytes, 300 * 4096);
+  EXPECT_FALSE(ParseProcStat("1234 (x) S 1 2", 100, 4096, 1000, &p).ok());
+  EXPECT_FALSE(ParseProcStat("no parenthesis", 100, 4096, 1000, &p).ok());
+}
+
+TEST(ProcessMetrics, ThisProcessIsExported) {
+  auto p = ReadProcessStats();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();  // the tests run on Linux
+  EXPECT_GT(p->resident_memory_bytes, 0);
+  EXPECT_GE(p->virtual_memory_bytes, p->resident_memory_bytes);
+  EXPECT_GE(p->open_fds, 3);  // stdin, stdout, stderr
+  EXPECT_GE(p->max_fds, p->open_fds);
+  // btime has whole seconds and the boot clock drifts from the wall clock: allow a few seconds.
+  EXPECT_LE(p->start_time_seconds, static_cast<double>(std::time(nullptr)) + 5);
+  EXPECT_GT(p->start_time_seconds, 1.5e9);
+  const std::string text = ServeMetrics("x").Render(EngineStats{});
+  for (const char* name : {"process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ",
+                           "process_start_time_seconds ", "# TYPE process_cpu_seconds_total counter\n",
+                           "# TYPE process_resident_memory_bytes gauge\n"}) {
+    EXPECT_NE(text.find(std::string("\n") + name), std::string::npos) << name;
+  }
 }
 
 }  // namespace

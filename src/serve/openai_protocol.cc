@@ -47,6 +47,10 @@ ApiError ApiError::FromStatus(const Status& s) {
     if (close != std::string::npos && close > 1) e.param = m.substr(1, close - 1);
   }
   if (e.status == 400 && m.rfind("This model's maximum context length", 0) == 0) e.code = "context_length_exceeded";
+  if (e.status == 404 && m.rfind("The model `", 0) == 0) {
+    e.code = "model_not_found";
+    e.param = "model";
+  }
   return e;
 }
 
@@ -62,6 +66,10 @@ Json ApiError::ToJson() const {
 
 Status FieldError(std::string_view field, std::string_view what) {
   return Status::InvalidArgument("'" + std::string(field) + "' " + std::string(what));
+}
+
+Status ModelNotFound(std::string_view name) {
+  return Status::NotFound("The model `" + std::string(name) + "` does not exist.");
 }
 
 namespace {
@@ -147,12 +155,6 @@ Result<Json> ParseJsonText(std::string_view text, std::string_view what) {
   GYRE_RETURN_IF_ERROR(CheckJsonDepth(text, what));
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument(std::string(what) + " is not valid JSON");
-  return j;
-}
-
-Result<Json> ParseBody(std::string_view body) {
-  GYRE_ASSIGN_OR_RETURN(Json j, ParseJsonText(body, "the request body"));
-  if (!j.is_object()) return Status::InvalidArgument("the request body must be a JSON object");
   return j;
 }
 
@@ -255,51 +257,69 @@ Status ParseCommon(BodyFields& f, GenerationRequest* g) {
 
 // ---- request parsers --------------------------------------------------------------------------
 
-Result<ChatRequest> ParseChatRequest(std::string_view body) {
-  GYRE_ASSIGN_OR_RETURN(Json o, ParseBody(body));
-  GYRE_ASSIGN_OR_RETURN(BodyFields f, BodyFields::Open(o, Endpoint::kChat));
-  ChatRequest r;
-  GYRE_RETURN_IF_ERROR(ParseCommon(f, &r.gen));
-  const Json* msgs = f.Get("messages");
+Result<Json> ParseRequestBody(std::string_view body) {
+  GYRE_ASSIGN_OR_RETURN(Json j, ParseJsonText(body, "the request body"));
+  if (!j.is_object()) return Status::InvalidArgument("the request body must be a JSON object");
+  return j;
+}
+
+Status ReadChatPrompt(const ChatPromptFields& in, ChatRequest* r) {
+  const Json* msgs = in.messages;
   if (!msgs) return FieldError("messages", "is required");
   if (!msgs->is_array() || msgs->empty()) return FieldError("messages", "must be a non-empty array");
-  r.messages = *msgs;
-  GYRE_RETURN_IF_ERROR(NormaliseMessages(r.messages));
-  if (const Json* t = f.Get("tools")) {
+  r->messages = *msgs;
+  GYRE_RETURN_IF_ERROR(NormaliseMessages(r->messages));
+  if (const Json* t = in.tools) {
     GYRE_RETURN_IF_ERROR(CheckTools(*t));
-    r.tools = *t;
+    r->tools = *t;
   }
-  GYRE_RETURN_IF_ERROR(ApplyToolChoice(f.Get("tool_choice"), &r.tools));
-  r.chat_template_kwargs = Json::object();
-  if (const Json* k = f.Get("chat_template_kwargs")) {
+  GYRE_RETURN_IF_ERROR(ApplyToolChoice(in.tool_choice, &r->tools));
+  r->chat_template_kwargs = Json::object();
+  if (const Json* k = in.chat_template_kwargs) {
     if (!k->is_object()) return FieldError("chat_template_kwargs", "must be an object");
     for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}) {
       if (k->contains(reserved)) {
         return FieldError(std::string("chat_template_kwargs.") + reserved, "is set by the server (use the request's own field)");
       }
     }
-    r.chat_template_kwargs = *k;
+    r->chat_template_kwargs = *k;
   }
-  const Json* gen_prompt = f.Get("add_generation_prompt");
-  GYRE_RETURN_IF_ERROR(ReadBool(gen_prompt, "add_generation_prompt", &r.add_generation_prompt));
-  GYRE_RETURN_IF_ERROR(ReadBool(f, "continue_final_message", &r.continue_final_message));
-  if (r.continue_final_message) {
+  const Json* gen_prompt = in.add_generation_prompt;
+  GYRE_RETURN_IF_ERROR(ReadBool(gen_prompt, "add_generation_prompt", &r->add_generation_prompt));
+  GYRE_RETURN_IF_ERROR(ReadBool(in.continue_final_message, "continue_final_message", &r->continue_final_message));
+  if (r->continue_final_message) {
     // As vLLM: an explicit add_generation_prompt true conflicts; its default gives way.
-    if (gen_prompt && r.add_generation_prompt) {
+    if (gen_prompt && r->add_generation_prompt) {
       return FieldError("continue_final_message", "cannot be combined with 'add_generation_prompt' true");
     }
-    r.add_generation_prompt = false;
-    const Json last = r.messages.back().value("content", Json());
+    r->add_generation_prompt = false;
+    const Json last = r->messages.back().value("content", Json());
     if (!last.is_string() || last.get_ref<const std::string&>().empty()) {
       return FieldError("continue_final_message", "needs a final message with text content to continue");
     }
   }
+  return Status::Ok();
+}
+
+Result<ChatRequest> ParseChatRequest(std::string_view body) {
+  GYRE_ASSIGN_OR_RETURN(Json o, ParseRequestBody(body));
+  GYRE_ASSIGN_OR_RETURN(BodyFields f, BodyFields::Open(o, Endpoint::kChat));
+  ChatRequest r;
+  GYRE_RETURN_IF_ERROR(ParseCommon(f, &r.gen));
+  ChatPromptFields prompt;
+  prompt.messages = f.Get("messages");
+  prompt.tools = f.Get("tools");
+  prompt.tool_choice = f.Get("tool_choice");
+  prompt.chat_template_kwargs = f.Get("chat_template_kwargs");
+  prompt.add_generation_prompt = f.Get("add_generation_prompt");
+  prompt.continue_final_message = f.Get("continue_final_message");
+  GYRE_RETURN_IF_ERROR(ReadChatPrompt(prompt, &r));
   GYRE_RETURN_IF_ERROR(f.CheckAllRead());
   return r;
 }
 
 Result<CompletionRequest> ParseCompletionRequest(std::string_view body) {
-  GYRE_ASSIGN_OR_RETURN(Json o, ParseBody(body));
+  GYRE_ASSIGN_OR_RETURN(Json o, ParseRequestBody(body));
   GYRE_ASSIGN_OR_RETURN(BodyFields f, BodyFields::Open(o, Endpoint::kCompletions));
   CompletionRequest r;
   GYRE_RETURN_IF_ERROR(ParseCommon(f, &r.gen));

@@ -39,7 +39,8 @@ struct ApiError {
 
   // InvalidArgument→400, NotFound→404, ResourceExhausted→429 (Retry-After: 1), Unavailable→503,
   // DeadlineExceeded→504, Unimplemented→501, anything else→500. `param` comes from a leading
-  // quoted field name in the message, if any.
+  // quoted field name in the message, if any. ModelNotFound's status gets code "model_not_found"
+  // and param "model".
   static ApiError FromStatus(const Status& s);
   Json ToJson() const;
   std::string Body() const { return ToJson().dump(); }
@@ -95,6 +96,26 @@ struct CompletionRequest {
 
 // InvalidArgument "'<field>' <what>": the convention every field error follows.
 Status FieldError(std::string_view field, std::string_view what);
+// NotFound "The model `<name>` does not exist." (OpenAI's words; a 404 with code model_not_found).
+Status ModelNotFound(std::string_view name);
+
+// A request body: JSON (nesting depth checked before parsing) that is an object.
+// InvalidArgument otherwise.
+Result<Json> ParseRequestBody(std::string_view body);
+
+// The fields that shape a chat prompt, each null when absent (shared by /v1/chat/completions and
+// the messages form of /tokenize).
+struct ChatPromptFields {
+  const Json* messages = nullptr;
+  const Json* tools = nullptr;
+  const Json* tool_choice = nullptr;
+  const Json* chat_template_kwargs = nullptr;
+  const Json* add_generation_prompt = nullptr;
+  const Json* continue_final_message = nullptr;
+};
+// Validates them into `r`'s messages, tools, chat_template_kwargs, add_generation_prompt and
+// continue_final_message (rules as in ParseChatRequest). InvalidArgument naming the field.
+Status ReadChatPrompt(const ChatPromptFields& fields, ChatRequest* r);
 
 // Errors: InvalidArgument (malformed JSON, a missing, mistyped or out-of-range field, or a
 // feature gyre does not support); the message names the field.

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "serve/openai_output.h"
+#include "serve/tokenization.h"
 
 namespace gyre::serve {
 
@@ -45,6 +46,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     Clock::time_point arrival;
     OutputOptions output;
     std::string echo;  // sent before the generated text
+    std::shared_ptr<RequestRecord> record;  // may be null
   };
 
   GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
@@ -84,6 +86,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
   }
 
   void OnFinish(FinishReason reason, const Status& status, const Usage& usage) {
+    cfg_.metrics->ObserveEngineFinish(usage);  // also after a client left or a stop string ended it
     if (done_) return;
     if (reason == FinishReason::kError) {
       Fail(status);
@@ -102,6 +105,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
   void OnClientGone() {
     if (done_) return;
     done_ = true;
+    RecordTokens();
     cfg_.engine->Cancel(id_);
     cfg_.metrics->CountFinished("abort");
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
@@ -119,8 +123,14 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     }
   }
 
+  // Before the response completes: the access log reads the record then.
+  void RecordTokens() {
+    if (s_.record) s_.record->SetTokens(s_.prompt_tokens, out_.num_tokens());
+  }
+
   void Complete(std::string_view finish_reason) {
     done_ = true;
+    RecordTokens();
     const int64_t completion = out_.num_tokens();
     if (s_.stream) {
       if (s_.chat) {
@@ -145,6 +155,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
 
   void Fail(const Status& status) {
     done_ = true;
+    RecordTokens();
     ApiError e = ApiError::FromStatus(status);
     if (e.status < 500) e = ApiError::FromStatus(Status::Internal(status.message()));
     e.message = "generation failed: " + e.message;
@@ -222,6 +233,13 @@ Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const Completion
 
 Result<std::vector<int32_t>> OpenAiServing::TextPromptIds(const std::string& text, bool add_bos,
                                                           const char* field) const {
+  GYRE_ASSIGN_OR_RETURN(std::vector<int32_t> out, EncodeText(text, add_bos, field));
+  if (out.empty()) return FieldError(field, "tokenizes to nothing");
+  return out;
+}
+
+Result<std::vector<int32_t>> OpenAiServing::EncodeText(const std::string& text, bool add_bos,
+                                                       const char* field) const {
   auto ids = cfg_.tokenizer->Encode(text, /*parse_special=*/true);
   if (!ids.ok()) return FieldError(field, "cannot be tokenized: " + ids.error().message());
   std::vector<int32_t> out;
@@ -230,8 +248,32 @@ Result<std::vector<int32_t>> OpenAiServing::TextPromptIds(const std::string& tex
     if (auto bos = cfg_.tokenizer->TokenToId(*tc.bos_token)) out.push_back(*bos);
   }
   out.insert(out.end(), ids->begin(), ids->end());
-  if (out.empty()) return FieldError(field, "tokenizes to nothing");
   return out;
+}
+
+Status OpenAiServing::CheckModel(const std::string& model) const {
+  if (!model.empty() && model != cfg_.served_model_name) return ModelNotFound(model);
+  return Status::Ok();
+}
+
+Result<Json> OpenAiServing::Tokenize(std::string_view body) const {
+  GYRE_ASSIGN_OR_RETURN(TokenizeRequest r, ParseTokenizeRequest(body));
+  GYRE_RETURN_IF_ERROR(CheckModel(r.model));
+  std::vector<int32_t> ids;
+  if (r.chat) {
+    GYRE_ASSIGN_OR_RETURN(ids, ChatPromptIds(r.chat_request));
+  } else {
+    GYRE_ASSIGN_OR_RETURN(ids, EncodeText(r.prompt, r.add_special_tokens, "prompt"));
+  }
+  return TokenizeResponse(ids, cfg_.engine->Stats().max_model_len);
+}
+
+Result<Json> OpenAiServing::Detokenize(std::string_view body) const {
+  GYRE_ASSIGN_OR_RETURN(DetokenizeRequest r, ParseDetokenizeRequest(body, cfg_.tokenizer->vocab_size()));
+  GYRE_RETURN_IF_ERROR(CheckModel(r.model));
+  auto text = cfg_.tokenizer->Decode(r.tokens);
+  if (!text.ok()) return FieldError("tokens", text.error().message());
+  return DetokenizeResponse(*text);
 }
 
 Result<std::string> CutAfterFinalMessage(const std::string& rendered, const std::string& content) {
@@ -291,17 +333,13 @@ Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequ
   return p;
 }
 
-void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const {
+void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+                           std::shared_ptr<RequestRecord> record) const {
   const bool chat = request.chat;
   const GenerationRequest& g = request.gen;
   std::vector<int32_t>& prompt = request.prompt;
-  if (!g.model.empty() && g.model != cfg_.served_model_name) {
-    ApiError e;
-    e.status = 404;
-    e.message = "The model `" + g.model + "` does not exist.";
-    e.param = "model";
-    e.code = "model_not_found";
-    RespondError(*ex, e);
+  if (Status m = CheckModel(g.model); !m.ok()) {
+    RespondError(*ex, ApiError::FromStatus(m));
     return;
   }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
@@ -332,6 +370,8 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     s.output.stop_token_ids.insert(s.output.stop_token_ids.end(), cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end());
   }
   s.echo = std::move(request.echo);
+  if (record) record->SetId(s.meta.id);
+  s.record = std::move(record);
   auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
   auto submitted = cfg_.engine->Submit(std::move(*params), std::make_shared<RunSink>(run, ex));
   if (!submitted.ok()) {

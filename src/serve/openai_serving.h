@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "serve/access_log.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_protocol.h"
@@ -67,8 +68,11 @@ class OpenAiServing {
   // Errors: InvalidArgument naming the field. Any thread.
   Result<Prepared> Prepare(bool chat, std::string_view body) const;
   // Submits a prepared request; the answer goes to `ex`, now or later. `arrival` is when the
-  // request was read (TTFT and end-to-end latency start there). On the exchange's strand.
-  void Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) const;
+  // request was read (TTFT and end-to-end latency start there). `record` (may be null) gets the
+  // response id, and the token counts before the response completes (or once the client is
+  // gone). On the exchange's strand.
+  void Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+              std::shared_ptr<RequestRecord> record = nullptr) const;
 
   // The prompt ids of a chat request (template + tokenizer). Errors: InvalidArgument.
   Result<std::vector<int32_t>> ChatPromptIds(const ChatRequest& r) const;
@@ -76,12 +80,21 @@ class OpenAiServing {
   // asks for it).
   Result<std::vector<int32_t>> CompletionPromptIds(const CompletionRequest& r) const;
 
+  // POST /tokenize and /detokenize (tokenization.h): the answer's JSON. Errors: InvalidArgument
+  // naming the field, NotFound (ModelNotFound) for another model's name. Any thread.
+  Result<Json> Tokenize(std::string_view body) const;
+  Result<Json> Detokenize(std::string_view body) const;
+
   const ServingConfig& config() const { return cfg_; }
 
  private:
   // Tokenizes prompt text (special tokens parsed), with the tokenizer's BOS first when `add_bos`
-  // and its config asks for one. InvalidArgument naming `field`.
+  // and its config asks for one. InvalidArgument naming `field`, also when there are no ids.
   Result<std::vector<int32_t>> TextPromptIds(const std::string& text, bool add_bos, const char* field) const;
+  // TextPromptIds that allows an empty result.
+  Result<std::vector<int32_t>> EncodeText(const std::string& text, bool add_bos, const char* field) const;
+  // NotFound unless `model` is empty or the served name.
+  Status CheckModel(const std::string& model) const;
   // Validates the model name and the context length and fills the engine parameters.
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
 

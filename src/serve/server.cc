@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <ctime>
 #include <thread>
+#include <tuple>
+
+#include "serve/observed_exchange.h"
 
 namespace gyre::serve {
 
@@ -65,7 +68,10 @@ std::string MiB(int64_t bytes) {
 }  // namespace
 
 Server::Server(ServerDeps deps, ServerOptions options)
-    : deps_(std::move(deps)), opts_(std::move(options)), created_(static_cast<int64_t>(std::time(nullptr))) {}
+    : deps_(std::move(deps)),
+      opts_(std::move(options)),
+      cors_(opts_.cors),
+      created_(static_cast<int64_t>(std::time(nullptr))) {}
 
 Server::~Server() { Stop(0); }
 
@@ -76,7 +82,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
     return Status::InvalidArgument("the server needs >= 1 prepare thread and a queue bound >= 0");
   }
   std::unique_ptr<Server> s(new Server(std::move(deps), std::move(options)));
-  s->metrics_ = std::make_unique<ServeMetrics>(s->opts_.served_model_name);
+  s->metrics_ = std::make_shared<ServeMetrics>(s->opts_.served_model_name);
   ServingConfig sc;
   sc.engine = s->deps_.engine;
   sc.tokenizer = s->deps_.tokenizer;
@@ -154,15 +160,11 @@ Json Server::ModelCard() const {
               {"max_model_len", deps_.engine->Stats().max_model_len}};
 }
 
-void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival) {
-  auto task = [this, chat, body = std::move(body), ex, arrival](bool cancelled) {
+void Server::OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void()> work) {
+  auto task = [ex, work = std::move(work)](bool cancelled) {
     if (cancelled) return RespondError(*ex, MakeError(503, "the server is shutting down"));
     if (ex->aborted()) return;  // the client left while the request waited
-    auto prepared = serving_->Prepare(chat, body);
-    ex->Post([this, prepared = std::move(prepared), ex, arrival]() mutable {
-      if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
-      serving_->Submit(std::move(*prepared), ex, arrival);
-    });
+    work();
   };
   if (!prepare_pool_->TrySubmit(std::move(task))) {
     RespondError(*ex, ApiError::FromStatus(Status::ResourceExhausted(
@@ -197,8 +199,56 @@ void Server::TraceRequest(const std::string& body, std::shared_ptr<HttpExchange>
   }
 }
 
+void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+                      std::shared_ptr<RequestRecord> record) {
+  OffHttpThread(ex, [this, chat, body = std::move(body), ex, arrival, record] {
+    auto prepared = serving_->Prepare(chat, body);
+    ex->Post([this, prepared = std::move(prepared), ex, arrival, record]() mutable {
+      if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
+      serving_->Submit(std::move(*prepared), ex, arrival, record);
+    });
+  });
+}
+
+void Server::Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex) {
+  OffHttpThread(ex, [this, tokenize, body = std::move(body), ex] {
+    auto answer = tokenize ? serving_->Tokenize(body) : serving_->Detokenize(body);
+    if (answer.ok()) {
+      RespondJson(*ex, *answer);
+    } else {
+      RespondError(*ex, ApiError::FromStatus(answer.error()));
+    }
+  });
+}
+
+std::shared_ptr<HttpExchange> Server::Observe(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                                             Clock::time_point arrival, std::shared_ptr<RequestRecord> record,
+                                             HeaderList headers) const {
+  auto on_done = [metrics = metrics_, log = opts_.log, record = std::move(record), method = req.method,
+                  path = req.path, arrival](const ObservedExchange::Outcome& o) {
+    metrics->CountRejected(o.status);
+    if (!log || !log->AccessEnabled()) return;
+    AccessEntry e;
+    e.id = record->id();
+    e.method = method;
+    e.path = path;
+    e.status = o.status;
+    e.aborted = o.aborted;
+    std::tie(e.prompt_tokens, e.completion_tokens) = record->tokens();
+    e.latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - arrival).count();
+    log->Access(e);
+  };
+  return ObservedExchange::Wrap(std::move(ex), std::move(headers), std::move(on_done));
+}
+
 void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
   const auto arrival = Clock::now();
+  auto record = std::make_shared<RequestRecord>(NewResponseId("req-"));
+  if (cors_.IsPreflight(req)) {  // before authentication: browsers send preflights without credentials
+    Observe(req, std::move(ex), arrival, record, {})->Respond(cors_.Preflight(req));
+    return;
+  }
+  ex = Observe(req, std::move(ex), arrival, record, cors_.ResponseHeaders(req.Header("origin")));
   const std::string& path = req.path;
   auto allow = [&](const char* method) -> bool {
     if (req.method == method) return true;
@@ -244,21 +294,26 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       if (allow("POST")) TraceRequest(req.body, ex);
       return;
     }
-    const bool v1 = path.rfind("/v1/", 0) == 0;
-    if (v1 && !Authorized(req)) {
+    const bool tokenization = path == "/tokenize" || path == "/detokenize";
+    const bool guarded = path.rfind("/v1/", 0) == 0 || tokenization;  // behind the API key
+    if (guarded && !Authorized(req)) {
       RespondError(*ex, MakeError(401, "Incorrect API key provided.", "invalid_api_key"));
       return;
     }
-    if (stopping_ && v1) {
+    if (stopping_ && guarded) {
       RespondError(*ex, MakeError(503, "the server is shutting down"));
       return;
     }
+    if (tokenization) {
+      if (allow("POST")) Tokenization(path == "/tokenize", std::move(req.body), ex);
+      return;
+    }
     if (path == "/v1/chat/completions") {
-      if (allow("POST")) Generate(/*chat=*/true, std::move(req.body), ex, arrival);
+      if (allow("POST")) Generate(/*chat=*/true, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path == "/v1/completions") {
-      if (allow("POST")) Generate(/*chat=*/false, std::move(req.body), ex, arrival);
+      if (allow("POST")) Generate(/*chat=*/false, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path == "/v1/models") {
@@ -271,9 +326,7 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       if (name == opts_.served_model_name) {
         RespondJson(*ex, ModelCard());
       } else {
-        ApiError e = MakeError(404, "The model `" + name + "` does not exist.", "model_not_found");
-        e.param = "model";
-        RespondError(*ex, e);
+        RespondError(*ex, ApiError::FromStatus(ModelNotFound(name)));
       }
       return;
     }

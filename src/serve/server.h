@@ -2,16 +2,23 @@
 //
 // Routes (every answer that is not 2xx is an OpenAI error object, see openai_protocol.h):
 //   POST /v1/chat/completions, POST /v1/completions   generation (openai_serving.h)
+//   POST /tokenize, POST /detokenize                  vLLM's tokenizer endpoints (tokenization.h)
 //   GET  /v1/models, GET /v1/models/{name}            the served model
 //   GET  /health                                      200 while serving, 503 once stopping
 //   GET  /metrics                                     Prometheus text (metrics.h)
 //   GET  /version                                     {"version": ...}
 //   POST /debug/trace {"seconds": S}                  a trace window of the running server
 //                                                     (trace_window.h; behind the API key)
-// Generation bodies are parsed and tokenized on a bounded worker pool (ServerOptions), so the
-// HTTP threads stay free for other connections (/health answers while big bodies are prepared).
-// With an API key, /v1/* requires "Authorization: Bearer <key>" (401 otherwise). Unknown paths
-// get 404, known paths with the wrong method 405 (with Allow), oversized bodies 413.
+// Generation and tokenization bodies are parsed and tokenized on a bounded worker pool
+// (ServerOptions), so the HTTP threads stay free for other connections (/health answers while big
+// bodies are prepared). With an API key, /v1/*, /tokenize and /detokenize require
+// "Authorization: Bearer <key>" (401 otherwise). Unknown paths get 404, known paths with the
+// wrong method 405 (with Allow), oversized bodies 413.
+//
+// Every request that reaches the handler is observed when it ends (observed_exchange.h): an
+// error status is counted in the metrics, and one access-log line is written (ServerOptions::log).
+// With allowed origins (ServerOptions::cors), CORS preflights are answered before authentication
+// and responses to allowed origins carry CORS headers (cors.h).
 //
 // Lifecycle: Create (binds the port) → Start → ... → Stop. Stop stops accepting, stops the
 // engine (in-flight requests end: streams get a last chunk with finish_reason "abort"), gives
@@ -23,11 +30,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "engine/engine.h"
 #include "model/config.h"
+#include "serve/access_log.h"
+#include "serve/cors.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_serving.h"
@@ -52,6 +62,10 @@ struct ServerOptions {
   // threads; at most `max_queued_prepares` more wait for one (beyond: 429 with Retry-After).
   int num_prepare_threads = 2;
   int64_t max_queued_prepares = 64;
+  CorsOptions cors;  // no allowed origins: no CORS headers, OPTIONS routed as any method
+  // The access log (one line per request, access_log.h); null: none. Shared: a report can come
+  // from an exchange that outlives the Server.
+  std::shared_ptr<const Log> log;
 };
 
 // Borrowed collaborators; all must outlive the Server.
@@ -85,8 +99,19 @@ class Server {
  private:
   Server(ServerDeps deps, ServerOptions options);
   void Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex);
+  // Runs `work` on the prepare pool; answers 503 if the pool stops first and 429 if its queue is
+  // full; skips `work` when the client left while it waited.
+  void OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void()> work);
   // Prepares a generation request on the pool, then submits it on the exchange's strand.
-  void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival);
+  void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+                std::shared_ptr<RequestRecord> record);
+  // /tokenize (`tokenize`) or /detokenize, answered from the pool.
+  void Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex);
+  // `ex` wrapped so that its end is counted (rejections by status) and logged (access line), and
+  // its response carries `headers`.
+  std::shared_ptr<HttpExchange> Observe(const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                                        Clock::time_point arrival, std::shared_ptr<RequestRecord> record,
+                                        HeaderList headers) const;
   void TraceRequest(const std::string& body, std::shared_ptr<HttpExchange> ex);
   bool Authorized(const HttpRequest& req) const;
   Json ModelCard() const;
@@ -94,7 +119,8 @@ class Server {
   // Constant after construction.
   const ServerDeps deps_;
   const ServerOptions opts_;
-  std::unique_ptr<ServeMetrics> metrics_;
+  const Cors cors_;
+  std::shared_ptr<ServeMetrics> metrics_;  // shared: a report can come from an exchange that outlives the Server
   std::unique_ptr<OpenAiServing> serving_;
   std::unique_ptr<WorkPool> prepare_pool_;  // stopped before the engine, so no task outlives it
   std::unique_ptr<HttpServer> http_;

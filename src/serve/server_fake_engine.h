@@ -31,6 +31,8 @@ struct FakeEngineOptions {
   int64_t vocab_size = 1024;
   // When set, Submit fails with this status (e.g. Unavailable).
   Status submit_error;
+  // The phase times every finish reports in its Usage (seconds).
+  double queue_s = 0, prefill_s = 0, decode_s = 0;
 };
 
 class FakeEngine final : public Engine {
@@ -135,6 +137,10 @@ class FakeEngine final : public Engine {
     bool cancel = false;
   };
 
+  Usage UsageOf(const Req& r) const {
+    return Usage{static_cast<int64_t>(r.params.prompt.size()), r.emitted, o_.queue_s, o_.prefill_s, o_.decode_s};
+  }
+
   void Loop() {
     std::unique_lock<std::mutex> l(mu_);
     while (true) {
@@ -147,7 +153,7 @@ class FakeEngine final : public Engine {
       std::vector<std::tuple<std::shared_ptr<RequestSink>, FinishReason, Usage>> finishes;
       for (auto it = active_.begin(); it != active_.end();) {
         Req& r = it->second;
-        const Usage usage{static_cast<int64_t>(r.params.prompt.size()), r.emitted};
+        const Usage usage = UsageOf(r);
         if (r.cancel) {
           finishes.emplace_back(r.sink, FinishReason::kCancelled, usage);
           it = active_.erase(it);
@@ -169,8 +175,7 @@ class FakeEngine final : public Engine {
         const bool eos = !p.ignore_eos && std::count(o_.eos_ids.begin(), o_.eos_ids.end(), ev.id);
         const bool stop = eos || std::count(p.stop_ids.begin(), p.stop_ids.end(), ev.id);
         if (stop || r.emitted >= p.max_tokens) {
-          finishes.emplace_back(r.sink, stop ? FinishReason::kStop : FinishReason::kLength,
-                                Usage{static_cast<int64_t>(p.prompt.size()), r.emitted});
+          finishes.emplace_back(r.sink, stop ? FinishReason::kStop : FinishReason::kLength, UsageOf(r));
           it = active_.erase(it);
           continue;
         }

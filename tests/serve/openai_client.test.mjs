@@ -191,7 +191,7 @@ test('logprobs: chat and legacy completions formats', async () => {
 });
 
 test('a stream aborted midway is cancelled and its memory freed', async () => {
-  const abortedBefore = (await metrics()).value(`gyre:request_success_total\\{model_name="${MODEL}",finished_reason="abort"`);
+  const abortedBefore = (await metrics()).value(`gyre_request_success_total\\{model_name="${MODEL}",finished_reason="abort"`);
   const controller = new AbortController();
   const stream = await client.chat.completions.create(
     { model: MODEL, messages, max_tokens: 900, ignore_eos: true, stream: true },
@@ -214,25 +214,25 @@ test('a stream aborted midway is cancelled and its memory freed', async () => {
   let m;
   for (;;) {
     m = await metrics();
-    const aborted = m.value(`gyre:request_success_total\\{model_name="${MODEL}",finished_reason="abort"`);
-    if (aborted === abortedBefore + 1 && m.value('gyre:num_requests_running') === 0 &&
-        m.value('gyre:kv_cache_pages_used') === 0 && m.value('gyre:kda_state_slots_used') === 0) break;
+    const aborted = m.value(`gyre_request_success_total\\{model_name="${MODEL}",finished_reason="abort"`);
+    if (aborted === abortedBefore + 1 && m.value('gyre_num_requests_running') === 0 &&
+        m.value('gyre_kv_cache_pages_used') === 0 && m.value('gyre_kda_state_slots_used') === 0) break;
     assert.ok(Date.now() < deadline, `not cancelled or pools not released:\n${m.text}`);
     await new Promise((r) => setTimeout(r, 100));
   }
-  assert.equal(m.value('gyre:kv_cache_usage_perc'), 0);
+  assert.equal(m.value('gyre_kv_cache_usage_perc'), 0);
 });
 
 test('metrics expose the vLLM-like names', async () => {
   const { text } = await metrics();
-  for (const name of ['gyre:time_to_first_token_seconds_bucket', 'gyre:inter_token_latency_seconds_bucket',
-    'gyre:e2e_request_latency_seconds_count', 'gyre:prompt_tokens_total', 'gyre:generation_tokens_total',
-    'gyre:num_requests_running', 'gyre:num_requests_waiting', 'gyre:kv_cache_usage_perc',
-    'gyre:kda_state_slots_used', 'gyre:kda_state_slots_total', 'gyre:num_preemptions_total',
-    'gyre:request_success_total']) {
+  for (const name of ['gyre_time_to_first_token_seconds_bucket', 'gyre_inter_token_latency_seconds_bucket',
+    'gyre_e2e_request_latency_seconds_count', 'gyre_prompt_tokens_total', 'gyre_generation_tokens_total',
+    'gyre_num_requests_running', 'gyre_num_requests_waiting', 'gyre_kv_cache_usage_perc',
+    'gyre_kda_state_slots_used', 'gyre_kda_state_slots_capacity', 'gyre_num_preemptions_total',
+    'gyre_request_success_total']) {
     assert.ok(text.includes(name), name);
   }
-  assert.match(text, /# TYPE gyre:time_to_first_token_seconds histogram/);
+  assert.match(text, /# TYPE gyre_time_to_first_token_seconds histogram/);
 });
 
 test('400: malformed JSON, bad field (named), context too long (with the numbers)', async () => {

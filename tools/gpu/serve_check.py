@@ -176,8 +176,8 @@ def main():
                                                   "temperature": 0}, stop_after=3)
             t0 = time.time()
             while time.time() - t0 < 10:
-                used = (metric(gport, "gyre:kv_cache_pages_used"), metric(gport, "gyre:kda_state_slots_used"),
-                        metric(gport, "gyre:num_requests_running"))
+                used = (metric(gport, "gyre_kv_cache_pages_used"), metric(gport, "gyre_kda_state_slots_used"),
+                        metric(gport, "gyre_num_requests_running"))
                 if used == (0.0, 0.0, 0.0):
                     break
                 time.sleep(0.1)
