@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <iostream>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <sstream>
 
 #include "cli/bench_serve_command.h"
+#include "cli/mcp_server.h"
 #include "core/json_depth.h"
 #include "feedback/advise.h"
 #include "feedback/analyze.h"
@@ -406,6 +409,31 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       } else {
         std::fputs(advice->Human(ada->top).c_str(), stdout);
       }
+      return 0;
+    };
+  });
+
+  // ---- mcp ----
+  struct McpArgs {
+    double tool_timeout = 1800;
+  };
+  auto mca = std::make_shared<McpArgs>();
+  auto* mcp = app.add_subcommand("mcp", "the feedback commands as Model Context Protocol tools (stdio JSON-RPC)");
+  mcp->add_option("--tool-timeout", mca->tool_timeout, "seconds before a tool call is killed")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  mcp->callback([mca, runner] {
+    *runner = [mca] {
+      std::error_code ec;
+      const std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+      if (ec) return Fail(Status::Internal("cannot find this executable: " + ec.message()));
+      cli::McpServer server(cli::GyreMcpTools(), exe, [](const std::string& s) {
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        std::fflush(stdout);
+      }, mca->tool_timeout);
+      std::fprintf(stderr, "gyre mcp: serving %zu tools on stdio\n", cli::GyreMcpTools().size());
+      for (std::string line; std::getline(std::cin, line);) server.HandleLine(line);
+      server.Shutdown(/*cancel=*/false);  // stdin closed: answer what is running, then exit
       return 0;
     };
   });
