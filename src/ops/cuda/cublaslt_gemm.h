@@ -6,8 +6,11 @@
 //   kBf16: bf16 x, w, y; fp32 accumulate and scale.
 //   kBf16F32: bf16 x, w; fp32 y (the model's linear layers: bf16 operands, fp32 activations out).
 //
-// The algorithm is chosen once per (m, n, k, dtype, strides) by cuBLASLt's heuristic and cached with its
-// descriptors, so a steady-state call is one cublasLtMatmul.
+// Descriptors are cached per (m, n, k, dtype, strides), so a steady-state call is one cublasLtMatmul.
+// The algorithm comes from cuBLASLt's heuristic once per row bucket (m rounded up to a power of
+// two) and shape; another m of the bucket reuses it when cublasLtMatmulAlgoCheck accepts it (else
+// its own query). The heuristics' one-time initialization runs in Create. Spans: gemm.init,
+// gemm.plan (a new shape), gemm.launch (the host side of each call).
 // Thread safety: not thread-safe (one owner thread; calls may go to any stream, but the shared
 // workspace means calls on different streams must not overlap).
 #pragma once
@@ -22,7 +25,7 @@
 #include "core/status.h"
 #include "ops/cuda/device_buffer.h"
 
-struct cublasLtContext;
+#include <cublasLt.h>
 
 namespace gyre::cuda {
 
@@ -46,16 +49,27 @@ class GemmLt {
   Status Run(GemmDType dtype, const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k,
              cudaStream_t stream, int64_t ldx = 0, int64_t ldy = 0);
 
-  // Number of cached plans (one heuristic query each).
+  // Queries the algorithm of every row bucket 1, 2, 4, ... up to BucketRows(max_rows) for a dense
+  // y[m, n] = x[m, k]·wᵀ (the model calls it at load for each weight shape). Span gemm.prepare.
+  Status Prepare(GemmDType dtype, int64_t n, int64_t k, int64_t max_rows);
+
+  // Cached plans (one per exact shape), heuristic queries made, and plans that reused the
+  // algorithm of their row bucket instead of a query.
   size_t num_plans() const { return plans_.size(); }
+  int64_t heuristic_queries() const { return heuristic_queries_; }
+  int64_t algo_reuses() const { return algo_reuses_; }
 
  private:
   struct Plan;
   GemmLt() = default;
+  Status MakePlan(GemmDType dtype, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, Plan* plan);
+  Status Heuristic(const Plan& plan, int64_t m, int64_t n, int64_t k, cublasLtMatmulAlgo_t* algo);
 
   cublasLtContext* handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int64_t, int64_t>, cublasLtMatmulAlgo_t> bucket_algos_;
+  int64_t heuristic_queries_ = 0, algo_reuses_ = 0;
 };
 
 }  // namespace gyre::cuda
