@@ -1,7 +1,9 @@
 #include "cli/feedback_commands.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <fstream>
@@ -10,6 +12,7 @@
 #include <sstream>
 
 #include "cli/bench_serve_command.h"
+#include "cli/mcp_http.h"
 #include "cli/mcp_server.h"
 #include "core/json_depth.h"
 #include "feedback/advise.h"
@@ -416,12 +419,18 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   // ---- mcp ----
   struct McpArgs {
     double tool_timeout = 1800;
+    int http_port = -1;
+    std::string host = "127.0.0.1", api_key;
   };
   auto mca = std::make_shared<McpArgs>();
   auto* mcp = app.add_subcommand("mcp", "the feedback commands as Model Context Protocol tools (stdio JSON-RPC)");
   mcp->add_option("--tool-timeout", mca->tool_timeout, "seconds before a tool call is killed")
       ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
+  mcp->add_option("--http", mca->http_port, "serve the streamable HTTP transport on this port (0: any free) instead of stdio")
+      ->check(CLI::Range(0, 65535));
+  mcp->add_option("--host", mca->host, "--http: address to bind (loopback by default)")->capture_default_str();
+  mcp->add_option("--api-key", mca->api_key, "--http: require 'Authorization: Bearer KEY' (default: $GYRE_API_KEY)");
   mcp->callback([mca, runner] {
     *runner = [mca] {
       std::error_code ec;
@@ -431,6 +440,26 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
         std::fwrite(s.data(), 1, s.size(), stdout);
         std::fflush(stdout);
       }, mca->tool_timeout);
+      if (mca->http_port >= 0) {
+        std::string key = mca->api_key;
+        if (key.empty())
+          if (const char* e = std::getenv("GYRE_API_KEY")) key = e;
+        sigset_t sigs;
+        sigemptyset(&sigs);
+        sigaddset(&sigs, SIGINT);
+        sigaddset(&sigs, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &sigs, nullptr);  // before any thread starts
+        auto http = cli::McpHttp::Create(&server, {mca->host, mca->http_port, key});
+        if (!http) return Fail(http.status());
+        if (Status st = (*http)->Start(); !st.ok()) return Fail(st);
+        std::printf("gyre mcp: listening on http://%s:%d/mcp\n", mca->host.c_str(), (*http)->port());
+        std::fflush(stdout);
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        (*http)->Stop();
+        server.Shutdown(/*cancel=*/true);
+        return 0;
+      }
       std::fprintf(stderr, "gyre mcp: serving %zu tools on stdio\n", cli::GyreMcpTools().size());
       for (std::string line; std::getline(std::cin, line);) server.HandleLine(line);
       server.Shutdown(/*cancel=*/false);  // stdin closed: answer what is running, then exit

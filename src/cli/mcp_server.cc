@@ -59,7 +59,9 @@ nlohmann::json McpTool::InputSchema() const {
 Result<std::vector<std::string>> McpTool::Argv(const nlohmann::json& arguments) const {
   const nlohmann::json a = arguments.is_null() ? nlohmann::json::object() : arguments;
   if (!a.is_object()) return Status::InvalidArgument("arguments must be an object");
-  for (const auto& [k, v] : a.items()) {
+  // Not a structured binding: clang 14 (the sanitizer and fuzz presets) cannot capture one in a lambda.
+  for (const auto& item : a.items()) {
+    const std::string& k = item.key();
     if (std::none_of(args.begin(), args.end(), [&](const McpArg& x) { return x.name == k; }))
       return Status::InvalidArgument("unknown argument '" + k + "' for tool " + name);
   }
@@ -289,17 +291,12 @@ void McpServer::Shutdown(bool cancel) {
     if (t.joinable()) t.join();
 }
 
-void McpServer::Send(const nlohmann::json& msg) {
-  std::lock_guard<std::mutex> l(mu_);
-  write_(msg.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+void McpServer::Reply(const Sink& sink, const nlohmann::json& id, nlohmann::json result) {
+  sink({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
 }
 
-void McpServer::Reply(const nlohmann::json& id, nlohmann::json result) {
-  Send({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
-}
-
-void McpServer::Error(const nlohmann::json& id, int code, const std::string& message) {
-  Send({{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}});
+void McpServer::Error(const Sink& sink, const nlohmann::json& id, int code, const std::string& message) {
+  sink({{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}});
 }
 
 nlohmann::json McpServer::Resources() {
@@ -324,14 +321,14 @@ nlohmann::json McpServer::Resources() {
   return list;
 }
 
-void McpServer::Call(const nlohmann::json& id, const nlohmann::json& params) {
+void McpServer::Call(const Sink& sink, const nlohmann::json& id, const nlohmann::json& params) {
   if (!params.is_object() || !params.contains("name") || !params["name"].is_string())
-    return Error(id, -32602, "tools/call needs params.name");
+    return Error(sink, id, -32602, "tools/call needs params.name");
   const std::string name = params["name"];
   const auto tool = std::find_if(tools_.begin(), tools_.end(), [&](const McpTool& t) { return t.name == name; });
-  if (tool == tools_.end()) return Error(id, -32602, "unknown tool '" + name + "'");
+  if (tool == tools_.end()) return Error(sink, id, -32602, "unknown tool '" + name + "'");
   auto argv = tool->Argv(params.value("arguments", nlohmann::json::object()));
-  if (!argv.ok()) return Error(id, -32602, argv.status().message());
+  if (!argv.ok()) return Error(sink, id, -32602, argv.status().message());
   nlohmann::json token;
   if (params.contains("_meta") && params["_meta"].is_object() && params["_meta"].contains("progressToken"))
     token = params["_meta"]["progressToken"];
@@ -341,19 +338,17 @@ void McpServer::Call(const nlohmann::json& id, const nlohmann::json& params) {
   const nlohmann::json args = params.value("arguments", nlohmann::json::object());
   for (const auto& a : tool->args)
     if (a.output_path && args.contains(a.name) && args[a.name].is_string()) outputs.push_back(args[a.name]);
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
   if (running_.count(key)) {
-    write_(nlohmann::json{{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", -32600}, {"message", "duplicate request id"}}}}
-               .dump() +
-           "\n");
-    return;
+    l.unlock();
+    return Error(sink, id, -32600, "duplicate request id");
   }
   running_[key] = cancel;
-  threads_.emplace_back([this, id, key, argv = *argv, token, cancel, outputs, name] {
+  threads_.emplace_back([this, sink, id, key, argv = *argv, token, cancel, outputs, name] {
     int64_t progress = 0;
     auto on_line = [&](const std::string& line) {
       if (token.is_null()) return;
-      Send({{"jsonrpc", "2.0"},
+      sink({{"jsonrpc", "2.0"},
             {"method", "notifications/progress"},
             {"params", {{"progressToken", token}, {"progress", ++progress}, {"message", line}}}});
     };
@@ -371,7 +366,7 @@ void McpServer::Call(const nlohmann::json& id, const nlohmann::json& params) {
         }
       }
     }
-    if (!r.ok()) return Error(id, -32603, r.status().message());
+    if (!r.ok()) return Error(sink, id, -32603, r.status().message());
     if (r->cancelled) return;  // the client cancelled: no response (MCP cancellation)
     nlohmann::json result;
     std::string text = r->out;
@@ -388,24 +383,36 @@ void McpServer::Call(const nlohmann::json& id, const nlohmann::json& params) {
       if (!j.is_discarded()) result["structuredContent"] = j.is_object() ? j : nlohmann::json{{"result", j}};
     }
     result["isError"] = failed;
-    Reply(id, std::move(result));
+    Reply(sink, id, std::move(result));
   });
 }
 
 void McpServer::HandleLine(const std::string& line) {
+  const Sink out = [this](const nlohmann::json& m) {
+    std::lock_guard<std::mutex> l(write_mu_);
+    write_(m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  };
   if (line.find_first_not_of(" \t\r\n") == std::string::npos) return;
-  if (!CheckJsonDepth(line, "message").ok()) return Error(nullptr, -32700, "message nests too deeply");
+  if (!CheckJsonDepth(line, "message").ok()) return Error(out, nullptr, -32700, "message nests too deeply");
   nlohmann::json msg = nlohmann::json::parse(line, nullptr, false);
-  if (msg.is_discarded()) return Error(nullptr, -32700, "parse error: not JSON");
+  if (msg.is_discarded()) return Error(out, nullptr, -32700, "parse error: not JSON");
+  HandleMessage(msg, out);
+}
+
+bool McpServer::HandleMessage(const nlohmann::json& msg, Sink sink) {
   if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0" || !msg.contains("method") || !msg["method"].is_string()) {
-    // A response from the client (we send no requests) or a batch: not something we answer.
-    if (msg.is_object() && (msg.contains("result") || msg.contains("error"))) return;
-    return Error(msg.is_object() && msg.contains("id") ? msg["id"] : nlohmann::json(), -32600, "invalid request");
+    // A response from the client (we send no requests) needs no answer; a batch or junk does.
+    if (msg.is_object() && (msg.contains("result") || msg.contains("error"))) return false;
+    Error(sink, msg.is_object() && msg.contains("id") ? msg["id"] : nlohmann::json(), -32600, "invalid request");
+    return true;
   }
   const std::string method = msg["method"];
   const bool notification = !msg.contains("id");
   const nlohmann::json id = notification ? nlohmann::json() : msg["id"];
-  if (!notification && !id.is_string() && !id.is_number_integer()) return Error(nullptr, -32600, "id must be a string or an integer");
+  if (!notification && !id.is_string() && !id.is_number_integer()) {
+    Error(sink, nullptr, -32600, "id must be a string or an integer");
+    return true;
+  }
   const nlohmann::json params = msg.value("params", nlohmann::json::object());
   if (method == "notifications/cancelled") {
     if (params.is_object() && params.contains("requestId")) {
@@ -413,45 +420,53 @@ void McpServer::HandleLine(const std::string& line) {
       auto it = running_.find(params["requestId"].dump());
       if (it != running_.end()) it->second->store(true);
     }
-    return;
+    return false;
   }
-  if (notification) return;  // notifications/initialized and others need no answer
+  if (notification) return false;  // notifications/initialized and others need no answer
   if (method == "initialize") {
     std::string version = kLatestProtocol;
     if (params.is_object() && params.contains("protocolVersion") && params["protocolVersion"].is_string()) {
       const std::string want = params["protocolVersion"];
       if (std::find(kProtocols.begin(), kProtocols.end(), want) != kProtocols.end()) version = want;
     }
-    return Reply(id, {{"protocolVersion", version},
-                      {"capabilities", {{"tools", {{"listChanged", false}}}, {"resources", {{"listChanged", false}}}}},
-                      {"serverInfo", {{"name", "gyre"}, {"title", "gyre feedback layer"}, {"version", "0.1.0"}}},
-                      {"instructions",
-                       "Tools run gyre's feedback commands (verify, bench, trace, analyze, advise, gate, compare). Start "
-                       "with generate_trace or bench_model, then analyze / advise the trace; verify_ops guards changes."}});
-  }
-  if (method == "ping") return Reply(id, nlohmann::json::object());
-  if (method == "tools/list") {
+    Reply(sink, id,
+          {{"protocolVersion", version},
+           {"capabilities", {{"tools", {{"listChanged", false}}}, {"resources", {{"listChanged", false}}}}},
+           {"serverInfo", {{"name", "gyre"}, {"title", "gyre feedback layer"}, {"version", "0.1.0"}}},
+           {"instructions",
+            "Tools run gyre's feedback commands (verify, bench, trace, analyze, advise, gate, compare). Start "
+            "with generate_trace or bench_model, then analyze / advise the trace; verify_ops guards changes."}});
+  } else if (method == "ping") {
+    Reply(sink, id, nlohmann::json::object());
+  } else if (method == "tools/list") {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& t : tools_)
       list.push_back({{"name", t.name}, {"title", t.title}, {"description", t.description}, {"inputSchema", t.InputSchema()}});
-    return Reply(id, {{"tools", list}});
-  }
-  if (method == "tools/call") return Call(id, params);
-  if (method == "resources/list") return Reply(id, {{"resources", Resources()}});
-  if (method == "resources/read") {
-    if (!params.is_object() || !params.contains("uri") || !params["uri"].is_string())
-      return Error(id, -32602, "resources/read needs params.uri");
+    Reply(sink, id, {{"tools", list}});
+  } else if (method == "tools/call") {
+    Call(sink, id, params);
+  } else if (method == "resources/list") {
+    Reply(sink, id, {{"resources", Resources()}});
+  } else if (method == "resources/read") {
+    if (!params.is_object() || !params.contains("uri") || !params["uri"].is_string()) {
+      Error(sink, id, -32602, "resources/read needs params.uri");
+      return true;
+    }
     const std::string uri = params["uri"];
     for (const auto& r : Resources()) {
       if (r["uri"] != uri) continue;
       std::ifstream in(uri.substr(7));
       std::stringstream ss;
       ss << in.rdbuf();
-      return Reply(id, {{"contents", nlohmann::json::array({{{"uri", uri}, {"mimeType", "application/json"}, {"text", ss.str()}}})}});
+      Reply(sink, id,
+            {{"contents", nlohmann::json::array({{{"uri", uri}, {"mimeType", "application/json"}, {"text", ss.str()}}})}});
+      return true;
     }
-    return Error(id, -32002, "resource not found: " + uri);
+    Error(sink, id, -32002, "resource not found: " + uri);
+  } else {
+    Error(sink, id, -32601, "method not found: " + method);
   }
-  return Error(id, -32601, "method not found: " + method);
+  return true;
 }
 
 }  // namespace gyre::cli

@@ -67,25 +67,32 @@ Result<ChildResult> RunChild(const std::string& exe, const std::vector<std::stri
 
 class McpServer {
  public:
+  // Where the messages that answer one incoming message go (its response, its progress).
+  using Sink = std::function<void(const nlohmann::json&)>;
+
   McpServer(std::vector<McpTool> tools, std::string exe, std::function<void(const std::string&)> write,
             double tool_timeout_s = 1800, std::string results_dir = "bench/results");
   ~McpServer();
+  // stdio: one line in; every answer goes to `write` as one line.
   void HandleLine(const std::string& line);
+  // Any transport: one parsed message; its answers go to `sink` (possibly from another thread,
+  // after this returns). Returns false when the message needs no answer (a notification or a
+  // response), true when exactly one response will reach `sink`.
+  bool HandleMessage(const nlohmann::json& msg, Sink sink);
   // Waits for running calls; with `cancel`, kills them first (their requests get no answer).
   void Shutdown(bool cancel = true);
 
  private:
-  void Send(const nlohmann::json& msg);
-  void Reply(const nlohmann::json& id, nlohmann::json result);
-  void Error(const nlohmann::json& id, int code, const std::string& message);
-  void Call(const nlohmann::json& id, const nlohmann::json& params);
+  void Reply(const Sink& sink, const nlohmann::json& id, nlohmann::json result);
+  void Error(const Sink& sink, const nlohmann::json& id, int code, const std::string& message);
+  void Call(const Sink& sink, const nlohmann::json& id, const nlohmann::json& params);
   nlohmann::json Resources();
 
   const std::vector<McpTool> tools_;
   const std::string exe_, results_dir_;
   const std::function<void(const std::string&)> write_;
   const double timeout_s_;
-  std::mutex mu_;
+  std::mutex mu_, write_mu_;
   std::map<std::string, std::shared_ptr<std::atomic<bool>>> running_;  // request id (dumped) -> cancel
   std::vector<std::thread> threads_;
   std::set<std::string> written_;  // resources written by tools
