@@ -173,6 +173,8 @@ Collector& Col() {
 Cupti* g_cupti = nullptr;
 
 constexpr size_t kBufferBytes = 8u << 20;
+// About 250 MB of records at most; later ones are counted in DeviceTrace::dropped.
+constexpr size_t kMaxRecords = 2'000'000;
 
 uint64_t CUPTIAPI TraceClock() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -280,9 +282,18 @@ void CUPTIAPI BufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, s
   if (c.GetNumDropped(ctx, stream, &dropped) != CUPTI_SUCCESS) dropped = 0;
   std::free(buffer);
   std::lock_guard<std::mutex> l(Col().mu);
-  Col().dropped += static_cast<int64_t>(dropped);
-  for (auto& e : dev) Col().device.push_back(std::move(e));
-  for (auto& e : api) Col().api.push_back(std::move(e));
+  Collector& col = Col();
+  col.dropped += static_cast<int64_t>(dropped);
+  // Bounded: a whole-run trace of a long-lived server must not grow without limit.
+  for (auto& e : dev) {
+    if (col.device.size() < kMaxRecords) {
+      col.device.push_back(std::move(e));
+    } else {
+      ++col.dropped;
+    }
+  }
+  for (auto& e : api)
+    if (col.api.size() < kMaxRecords) col.api.push_back(std::move(e));
 }
 
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,

@@ -50,7 +50,7 @@ struct ApiEvent {
 struct DeviceTrace {
   std::vector<DeviceEvent> device;  // sorted by start
   std::vector<ApiEvent> api;        // only calls that correlate to a device record
-  int64_t dropped = 0;              // records CUPTI dropped (buffer full)
+  int64_t dropped = 0;              // records CUPTI dropped (buffer full) or beyond 2M records
   uint32_t cupti_version = 0;
   std::string library;              // the libcupti that was loaded
 };
