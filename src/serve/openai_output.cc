@@ -7,6 +7,22 @@ namespace gyre::serve {
 
 // ---- StopMatcher ------------------------------------------------------------------------------
 
+size_t PartialTagAtEnd(std::string_view text, std::string_view tag) {
+  if (tag.empty()) return 0;
+  for (size_t k = std::min(tag.size() - 1, text.size()); k > 0; --k) {
+    if (text.substr(text.size() - k) == tag.substr(0, k)) return k;
+  }
+  return 0;
+}
+
+bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+size_t PartialTagWithSpaceAtEnd(std::string_view text, std::string_view tag) {
+  size_t keep = PartialTagAtEnd(text, tag);
+  while (keep < text.size() && IsAsciiSpace(text[text.size() - keep - 1])) ++keep;
+  return keep;
+}
+
 StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
     : stops_(std::move(stops)), include_stop_(include_stop) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
@@ -35,15 +51,7 @@ StopMatcher::Released StopMatcher::Push(std::string_view text) {
   // Hold back the longest tail that is a proper prefix of a stop. It starts at a UTF-8 character
   // boundary because it equals the start of a (valid UTF-8) stop sequence.
   size_t keep = 0;
-  for (const std::string& s : stops_) {
-    const size_t max_k = std::min(s.size() - 1, held_.size());
-    for (size_t k = max_k; k > keep; --k) {
-      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
-        keep = k;
-        break;
-      }
-    }
-  }
+  for (const std::string& s : stops_) keep = std::max(keep, PartialTagAtEnd(held_, s));
   r.text = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   return r;

@@ -15,6 +15,15 @@
 
 namespace gyre::serve {
 
+// The length of the longest tail of `text` that is a proper prefix of `tag` (0 if none): what a
+// streaming matcher must hold back because `tag` may be completed by the next piece.
+size_t PartialTagAtEnd(std::string_view text, std::string_view tag);
+// PartialTagAtEnd, extended over the whitespace before that tail: what a parser that drops the
+// whitespace next to its markup holds back.
+size_t PartialTagWithSpaceAtEnd(std::string_view text, std::string_view tag);
+// ASCII whitespace (space, tab, newline, carriage return).
+bool IsAsciiSpace(char c);
+
 // Finds stop sequences in text that arrives in pieces. Text is released as soon as it cannot be
 // the start of a stop sequence: only the longest tail that is a proper prefix of some stop is
 // held back. When a stop matches, the text before its first occurrence is released (with
