@@ -225,6 +225,17 @@ TEST(ThinkSplitter, ReasoningStreamsBeforeTheBlockCloses) {
   EXPECT_EQ(d.content, "Answer");
 }
 
+TEST(ThinkSplitter, OpeningRepeatedAfterThePromptOpenedTheBlockIsDropped) {
+  ThinkSplitter s(true);
+  ThinkSplitter::Split a = s.Push("\n<thi");
+  ThinkSplitter::Split b = s.Push("nk>plan</think>answer");
+  EXPECT_EQ(a.reasoning + b.reasoning, "plan");
+  EXPECT_EQ(a.content + b.content, "answer");
+  ThinkSplitter cut(true);
+  EXPECT_EQ(cut.Push("<thin").reasoning, "");
+  EXPECT_EQ(cut.Finish().reasoning, "<thin");  // cut off: reasoning, not lost
+}
+
 TEST(ThinkSplitter, EmptyOutput) {
   ThinkSplitter s(false);
   ThinkSplitter::Split d = s.Finish();

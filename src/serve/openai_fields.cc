@@ -35,9 +35,12 @@ constexpr RequestField kFields[] = {
     {"echo", kBoth, kHon, "",
      "chat: the final assistant message is prepended to the answer; completions: the prompt is "
      "prepended (refused together with logprobs)"},
-    {"tools", kC, kHon, "", "validated, then given to the chat template (withheld when tool_choice is 'none')"},
+    {"tools", kC, kHon, "",
+     "validated, given to the chat template (withheld when tool_choice is 'none'); calls in GLM markup come back "
+     "as tool_calls"},
     {"tool_choice", kC, kHon, "",
-     "'auto' and 'none' are honoured; 'required' and a named function are refused (constrained decoding)"},
+     "'auto' (the default with tools) and 'none' are honoured; 'required' and a named function are refused "
+     "(constrained decoding)"},
     {"n", kBoth, kDef, "[1]", "is not supported yet (only 1): one choice per request"},
     {"best_of", kBoth, kDef, "[1]", "is not supported yet (only 1): one choice per request"},
     {"frequency_penalty", kBoth, kDef, "[0]", "is not supported yet (only 0)"},
@@ -98,7 +101,7 @@ constexpr RequestField kFields[] = {
     {"request_id", kBoth, kHon, "", "the response id becomes chatcmpl-<id> / cmpl-<id>"},
     {"priority", kBoth, kDef, "[0]", "is not supported (only 0): gyre schedules first come, first served"},
     {"include_reasoning", kC, kDef, "[true]",
-     "is not supported (only true): gyre has no reasoning parser, reasoning stays in the content"},
+     "is not supported (only true): reasoning always comes back, in reasoning_content"},
     {"return_tokens_as_token_ids", kBoth, kDef, "[false]", "is not supported yet (only false)"},
     {"return_token_ids", kBoth, kDef, "[false]", "is not supported yet (only false)"},
     {"cache_salt", kBoth, kUnu, "string", "gyre has no prefix cache, so there is nothing to salt"},

@@ -121,7 +121,8 @@ std::string TextOutput::Piece(int32_t id) {
   std::string piece = decoder_.Push(id);
   if (piece.empty() && opts_.skip_special && tok_.IsSpecial(id)) {
     const std::string bytes = tok_.TokenBytes(id);
-    if (std::find(opts_.stop.begin(), opts_.stop.end(), bytes) != opts_.stop.end()) piece = bytes;
+    auto listed = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), bytes) != v.end(); };
+    if (listed(opts_.stop) || listed(opts_.keep_special)) piece = bytes;
   }
   return piece;
 }
@@ -187,6 +188,45 @@ TextOutput::Delta TextOutput::Finish() {
   d.stopped = r.stopped;
   text_ += d.text;
   return d;
+}
+
+// ---- ChatOutputParser -------------------------------------------------------------------------
+
+std::vector<std::string> ChatMarkupTokens() {
+  return {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+          "</arg_value>"};
+}
+
+ChatOutputParser::ChatOutputParser(const ChatParseOptions& options)
+    : opts_(options), think_(options.reasoning_starts_inside), tools_(options.tools) {}
+
+ChatOutputParser::Parsed ChatOutputParser::Route(ThinkSplitter::Split s, bool last) {
+  Parsed p;
+  p.reasoning = std::move(s.reasoning);
+  reasoning_ += p.reasoning;
+  if (opts_.parse_tool_calls) {
+    p.events = tools_.Push(s.content);
+    if (last) {
+      for (ToolParseEvent& e : tools_.Finish()) p.events.push_back(std::move(e));
+    }
+  } else if (!s.content.empty()) {
+    p.events.push_back(ToolParseEvent{.is_call = false, .content = std::move(s.content), .call = {}});
+  }
+  for (const ToolParseEvent& e : p.events) {
+    if (e.is_call) calls_.push_back(e.call);
+    else content_ += e.content;
+  }
+  return p;
+}
+
+ChatOutputParser::Parsed ChatOutputParser::Push(std::string_view text) {
+  if (!opts_.split_reasoning) return Route(ThinkSplitter::Split{"", std::string(text)}, false);
+  return Route(think_.Push(text), false);
+}
+
+ChatOutputParser::Parsed ChatOutputParser::Finish() {
+  if (!opts_.split_reasoning) return Route(ThinkSplitter::Split{}, true);
+  return Route(think_.Finish(), true);
 }
 
 }  // namespace gyre::serve

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "serve/glm_tool_parser.h"
 #include "serve/openai_protocol.h"
+#include "serve/reasoning_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gyre::serve {
@@ -62,6 +64,9 @@ struct OutputOptions {
   // a token in stop_token_ids. Without it (vLLM's default) such a token adds no text.
   bool include_stop_str = false;
   std::vector<int32_t> stop_token_ids;  // ids the engine finishes on: the request's stop ids and EOS
+  // Special tokens whose text stays even with skip_special: the markup a ChatOutputParser reads
+  // (<think>, </think>, ... in tokenizers that mark them special).
+  std::vector<std::string> keep_special;
 };
 
 class TextOutput {
@@ -101,6 +106,46 @@ class TextOutput {
   size_t decoded_bytes_ = 0;  // bytes the decoder produced so far (legacy text_offset)
   std::string text_;
   Json all_logprobs_;
+};
+
+// What a chat answer's text is parsed for (see ChatOutputParser).
+struct ChatParseOptions {
+  bool split_reasoning = false;          // a leading <think>...</think> becomes reasoning
+  bool reasoning_starts_inside = false;  // the prompt opened the think block (PromptOpensThinking)
+  bool parse_tool_calls = false;         // GLM tool-call markup becomes tool calls
+  Json tools;                            // the request's tools, for GlmToolParser
+};
+
+// The markup ChatOutputParser may read, for OutputOptions::keep_special.
+std::vector<std::string> ChatMarkupTokens();
+
+// Splits a chat answer's released text into reasoning, content and tool calls: ThinkSplitter,
+// then GlmToolParser on the content, each only when its option is on (otherwise all is content).
+// Keeps the totals for a non-streamed answer. Thread safety: none; one per response.
+class ChatOutputParser {
+ public:
+  explicit ChatOutputParser(const ChatParseOptions& options);
+
+  struct Parsed {
+    std::string reasoning;              // comes before `events`
+    std::vector<ToolParseEvent> events;  // content and calls, in order
+  };
+  Parsed Push(std::string_view text);
+  // The end of the answer: what is held, an open tool call as content.
+  Parsed Finish();
+
+  const std::string& reasoning() const { return reasoning_; }
+  const std::string& content() const { return content_; }
+  const std::vector<ParsedToolCall>& calls() const { return calls_; }
+
+ private:
+  Parsed Route(ThinkSplitter::Split s, bool last);
+
+  const ChatParseOptions opts_;
+  ThinkSplitter think_;
+  GlmToolParser tools_;
+  std::string reasoning_, content_;
+  std::vector<ParsedToolCall> calls_;
 };
 
 // Valid UTF-8 copy of `bytes` (invalid sequences become U+FFFD).

@@ -397,11 +397,23 @@ Json ChatUsageChunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t comple
   return j;
 }
 
-Json ChatResponse(const ResponseMeta& m, const std::string& content, Json logprobs, std::string_view finish_reason,
+Json ToolCallJson(const std::string& id, const std::string& name, const std::string& arguments) {
+  return Json{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+}
+
+Json AssistantMessage(const std::string& content, const std::string& reasoning, Json tool_calls) {
+  const bool calls = tool_calls.is_array() && !tool_calls.empty();
+  Json msg = {{"role", "assistant"}, {"content", content.empty() && calls ? Json(nullptr) : Json(content)}};
+  if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
+  if (calls) msg["tool_calls"] = std::move(tool_calls);
+  return msg;
+}
+
+Json ChatResponse(const ResponseMeta& m, Json message, Json logprobs, std::string_view finish_reason,
                   int64_t prompt_tokens, int64_t completion_tokens) {
   Json j = Envelope(m, "chat.completion");
   j["choices"] = Json::array({Json{{"index", 0},
-                                   {"message", {{"role", "assistant"}, {"content", content}}},
+                                   {"message", std::move(message)},
                                    {"logprobs", std::move(logprobs)},
                                    {"finish_reason", FinishJson(finish_reason)}}});
   j["usage"] = UsageJson(prompt_tokens, completion_tokens);

@@ -143,9 +143,16 @@ Json UsageJson(int64_t prompt_tokens, int64_t completion_tokens);
 Json ChatChunk(const ResponseMeta& m, Json delta, Json logprobs, std::string_view finish_reason, bool usage_null);
 // The final usage-only chunk of a stream with include_usage: "choices": [] and "usage": {...}.
 Json ChatUsageChunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
-// chat.completion with one choice {"index":0,"message":{"role":"assistant","content":...},
-// "logprobs":...,"finish_reason":...} and usage.
-Json ChatResponse(const ResponseMeta& m, const std::string& content, Json logprobs, std::string_view finish_reason,
+// One tool call as OpenAI writes it: {"id", "type": "function", "function": {"name",
+// "arguments"}} (`arguments`: JSON text). A stream chunk's entry has "index" first.
+Json ToolCallJson(const std::string& id, const std::string& name, const std::string& arguments);
+// The answer's message: {"role": "assistant", "content"} (content null when it is empty and there
+// are tool calls), with "reasoning_content" when `reasoning` is not empty and "tool_calls" when
+// `tool_calls` (an array of ToolCallJson) is not empty.
+Json AssistantMessage(const std::string& content, const std::string& reasoning = "", Json tool_calls = Json::array());
+// chat.completion with one choice {"index":0,"message":`message`,"logprobs":...,
+// "finish_reason":...} and usage.
+Json ChatResponse(const ResponseMeta& m, Json message, Json logprobs, std::string_view finish_reason,
                   int64_t prompt_tokens, int64_t completion_tokens);
 
 // text_completion chunk: "choices":[{"index":0,"text":...,"logprobs":...,"finish_reason":...}].

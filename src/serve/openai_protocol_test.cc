@@ -293,7 +293,7 @@ TEST(Responses, ChatChunkShapes) {
 
 TEST(Responses, FullResponses) {
   const ResponseMeta m{"x", 1, "tiny"};
-  const Json c = ChatResponse(m, "hi", nullptr, "stop", 4, 2);
+  const Json c = ChatResponse(m, AssistantMessage("hi"), nullptr, "stop", 4, 2);
   EXPECT_EQ(c["object"], "chat.completion");
   EXPECT_EQ(c["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(c["choices"][0]["message"]["content"], "hi");
@@ -305,6 +305,17 @@ TEST(Responses, FullResponses) {
   const Json tc = CompletionChunk(m, "a", nullptr, "", true);
   EXPECT_EQ(tc["object"], "text_completion");
   EXPECT_TRUE(tc["usage"].is_null());
+}
+
+TEST(Responses, AssistantMessageWithToolCallsAndReasoning) {
+  EXPECT_EQ(AssistantMessage("hi"), (Json{{"role", "assistant"}, {"content", "hi"}}));
+  const Json call = ToolCallJson("call_1", "f", R"({"a":1})");
+  EXPECT_EQ(call, Json::parse(R"({"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}})"));
+  const Json m = AssistantMessage("", "why", Json::array({call}));
+  EXPECT_TRUE(m["content"].is_null());  // OpenAI: no text beside the calls
+  EXPECT_EQ(m["reasoning_content"], "why");
+  EXPECT_EQ(m["tool_calls"], Json::array({call}));
+  EXPECT_EQ(AssistantMessage("", ""), (Json{{"role", "assistant"}, {"content", ""}}));
 }
 
 TEST(Responses, SseFraming) {

@@ -46,11 +46,12 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     Clock::time_point arrival;
     OutputOptions output;
     std::string echo;  // sent before the generated text
+    ChatParseOptions parse;  // chat: what the answer is parsed for
     std::shared_ptr<RequestRecord> record;  // may be null
   };
 
   GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
-      : cfg_(cfg), ex_(std::move(ex)), s_(std::move(s)), out_(*cfg.tokenizer, s_.output) {}
+      : cfg_(cfg), ex_(std::move(ex)), s_(std::move(s)), out_(*cfg.tokenizer, s_.output), parser_(s_.parse) {}
 
   // Called right after Submit succeeded, still inside the handler (so before any event).
   void Begin(RequestId id) {
@@ -64,7 +65,12 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     if (s_.chat) {
       Write(ChatChunk(s_.meta, Json{{"role", "assistant"}, {"content", ""}}, nullptr, "", s_.include_usage));
     }
-    if (!s_.echo.empty()) SendDelta(TextOutput::Delta{s_.echo, Json(), false});
+    if (s_.echo.empty()) return;
+    if (s_.chat) {
+      Write(ChatChunk(s_.meta, Json{{"content", s_.echo}}, nullptr, "", s_.include_usage));
+    } else {
+      SendDelta(TextOutput::Delta{s_.echo, Json(), false});
+    }
   }
 
   void OnToken(const TokenEvent& ev) {
@@ -78,7 +84,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     }
     last_token_ = now;
     TextOutput::Delta d = out_.OnToken(ev);
-    if (s_.stream) SendDelta(d);
+    SendDelta(d);
     if (d.stopped) {
       cfg_.engine->Cancel(id_);  // the engine's kCancelled finish is ignored (done_)
       Complete("stop");
@@ -93,7 +99,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
       return;
     }
     TextOutput::Delta d = out_.Finish();
-    if (s_.stream) SendDelta(d);
+    SendDelta(d);
     switch (reason) {
       case FinishReason::kStop: Complete("stop"); break;
       case FinishReason::kLength: Complete(d.stopped ? "stop" : "length"); break;
@@ -113,14 +119,48 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
 
   void Write(const Json& chunk) { ex_->Write(SseData(chunk)); }
 
+  // Chat: parses the text (in both modes: tool call ids are given as calls close); a stream sends
+  // what it released. Completions: streams the text.
   void SendDelta(const TextOutput::Delta& d) {
     const bool has_lp = !d.logprobs.is_null();
-    if (d.text.empty() && !has_lp) return;
     if (s_.chat) {
-      Write(ChatChunk(s_.meta, Json{{"content", d.text}}, has_lp ? d.logprobs : Json(nullptr), "", s_.include_usage));
-    } else {
+      SendParsed(parser_.Push(d.text), d.logprobs);
+    } else if (s_.stream && (!d.text.empty() || has_lp)) {
       Write(CompletionChunk(s_.meta, d.text, has_lp ? d.logprobs : Json(nullptr), "", s_.include_usage));
     }
+  }
+
+  // One chunk per reasoning text, content text and tool call, in order; `logprobs` (may be
+  // null) go with the first (a chunk with empty content carries them when nothing else does).
+  void SendParsed(ChatOutputParser::Parsed p, Json logprobs) {
+    std::vector<Json> deltas;
+    if (!p.reasoning.empty()) deltas.push_back(Json{{"reasoning_content", std::move(p.reasoning)}});
+    for (ToolParseEvent& e : p.events) {
+      if (!e.is_call) {
+        deltas.push_back(Json{{"content", std::move(e.content)}});
+        continue;
+      }
+      call_ids_.push_back(NewResponseId("call_"));
+      Json entry = {{"index", call_ids_.size() - 1}};
+      entry.update(ToolCallJson(call_ids_.back(), e.call.name, e.call.arguments));
+      deltas.push_back(Json{{"tool_calls", Json::array({std::move(entry)})}});
+    }
+    if (!s_.stream) return;
+    if (deltas.empty() && !logprobs.is_null()) deltas.push_back(Json{{"content", ""}});
+    for (size_t i = 0; i < deltas.size(); ++i) {
+      Write(ChatChunk(s_.meta, std::move(deltas[i]), i == 0 ? std::move(logprobs) : Json(nullptr), "",
+                      s_.include_usage));
+    }
+  }
+
+  // The non-streamed answer's message.
+  Json Message() const {
+    Json calls = Json::array();
+    for (size_t i = 0; i < call_ids_.size(); ++i) {
+      const ParsedToolCall& c = parser_.calls()[i];
+      calls.push_back(ToolCallJson(call_ids_[i], c.name, c.arguments));
+    }
+    return AssistantMessage(s_.echo + parser_.content(), parser_.reasoning(), std::move(calls));
   }
 
   // Before the response completes: the access log reads the record then.
@@ -128,9 +168,12 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     if (s_.record) s_.record->SetTokens(s_.prompt_tokens, out_.num_tokens());
   }
 
-  void Complete(std::string_view finish_reason) {
+  void Complete(std::string_view engine_reason) {
     done_ = true;
     RecordTokens();
+    if (s_.chat) SendParsed(parser_.Finish(), nullptr);
+    // OpenAI: an answer that ends in tool calls finishes with "tool_calls" (a cut one with "length").
+    const std::string_view finish_reason = !call_ids_.empty() && engine_reason == "stop" ? "tool_calls" : engine_reason;
     const int64_t completion = out_.num_tokens();
     if (s_.stream) {
       if (s_.chat) {
@@ -143,13 +186,12 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
       ex_->Write(std::string(kSseDone));
       ex_->EndStream();
     } else if (s_.chat) {
-      RespondJson(*ex_, ChatResponse(s_.meta, s_.echo + out_.text(), out_.logprobs(), finish_reason, s_.prompt_tokens,
-                                     completion));
+      RespondJson(*ex_, ChatResponse(s_.meta, Message(), out_.logprobs(), finish_reason, s_.prompt_tokens, completion));
     } else {
       RespondJson(*ex_, CompletionResponse(s_.meta, s_.echo + out_.text(), out_.logprobs(), finish_reason,
                                            s_.prompt_tokens, completion));
     }
-    cfg_.metrics->CountFinished(finish_reason);
+    cfg_.metrics->CountFinished(engine_reason);
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
   }
 
@@ -174,6 +216,8 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
   const std::shared_ptr<HttpExchange> ex_;
   const Setup s_;
   TextOutput out_;
+  ChatOutputParser parser_;
+  std::vector<std::string> call_ids_;  // of the tool calls so far, in order
   RequestId id_ = 0;
   bool done_ = false;
   bool first_token_seen_ = false;
@@ -209,6 +253,11 @@ uint64_t RandomSeed() {
 OpenAiServing::OpenAiServing(ServingConfig config) : cfg_(std::move(config)) {}
 
 Result<std::vector<int32_t>> OpenAiServing::ChatPromptIds(const ChatRequest& r) const {
+  GYRE_ASSIGN_OR_RETURN(std::string text, ChatPromptText(r));
+  return TextPromptIds(text, r.gen.add_special_tokens, "messages");
+}
+
+Result<std::string> OpenAiServing::ChatPromptText(const ChatRequest& r) const {
   if (!cfg_.render_chat) return Status::Internal("the server has no chat template");
   Json ctx = Json::object();
   ctx["messages"] = r.messages;
@@ -223,7 +272,20 @@ Result<std::vector<int32_t>> OpenAiServing::ChatPromptIds(const ChatRequest& r) 
   if (r.continue_final_message) {
     GYRE_ASSIGN_OR_RETURN(*text, CutAfterFinalMessage(*text, r.messages.back()["content"].get<std::string>()));
   }
-  return TextPromptIds(*text, r.gen.add_special_tokens, "messages");
+  return std::move(*text);
+}
+
+ChatParseOptions ChatParseOptionsFor(const ChatRequest& r, std::string_view prompt) {
+  ChatParseOptions o;
+  // The template's thinking switch: with enable_thinking false there is no think block to split.
+  const Json* thinking = r.chat_template_kwargs.contains("enable_thinking") ? &r.chat_template_kwargs["enable_thinking"]
+                                                                            : nullptr;
+  o.split_reasoning = !(thinking && thinking->is_boolean() && !thinking->get<bool>());
+  o.reasoning_starts_inside = o.split_reasoning && PromptOpensThinking(prompt);
+  // Tools offered in GLM's markup (its templates describe <arg_key>): calls come back in it.
+  o.parse_tool_calls = r.tools.is_array() && !r.tools.empty() && prompt.find("<arg_key>") != std::string_view::npos;
+  if (o.parse_tool_calls) o.tools = r.tools;
+  return o;
 }
 
 Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const CompletionRequest& r) const {
@@ -370,6 +432,8 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     s.output.stop_token_ids.insert(s.output.stop_token_ids.end(), cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end());
   }
   s.echo = std::move(request.echo);
+  s.parse = std::move(request.parse);
+  if (s.parse.split_reasoning || s.parse.parse_tool_calls) s.output.keep_special = ChatMarkupTokens();
   if (record) record->SetId(s.meta.id);
   s.record = std::move(record);
   auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
@@ -388,7 +452,9 @@ Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_vi
   p.chat = chat;
   if (chat) {
     GYRE_ASSIGN_OR_RETURN(ChatRequest r, ParseChatRequest(body));
-    GYRE_ASSIGN_OR_RETURN(p.prompt, ChatPromptIds(r));
+    GYRE_ASSIGN_OR_RETURN(const std::string text, ChatPromptText(r));
+    GYRE_ASSIGN_OR_RETURN(p.prompt, TextPromptIds(text, r.gen.add_special_tokens, "messages"));
+    p.parse = ChatParseOptionsFor(r, text);
     // vLLM's chat echo: the final message's content when it has the answer's role.
     const Json& last = r.messages.back();
     const Json content = last.value("content", Json());

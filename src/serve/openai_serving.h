@@ -23,6 +23,7 @@
 #include "serve/access_log.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
+#include "serve/openai_output.h"
 #include "serve/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,6 +54,12 @@ struct ServingConfig {
 // InvalidArgument naming continue_final_message when the template did not render `content`.
 Result<std::string> CutAfterFinalMessage(const std::string& rendered, const std::string& content);
 
+// What a chat answer is parsed for, from the request and its rendered `prompt`: the reasoning
+// split unless chat_template_kwargs has enable_thinking false (starting inside the block when the
+// prompt ends with <think>), and GLM tool calls when tools were offered in GLM's markup (the
+// prompt holds "<arg_key>", as the GLM templates' tool instructions do).
+ChatParseOptions ChatParseOptionsFor(const ChatRequest& r, std::string_view prompt);
+
 class OpenAiServing {
  public:
   explicit OpenAiServing(ServingConfig config);
@@ -63,6 +70,7 @@ class OpenAiServing {
     GenerationRequest gen;
     std::vector<int32_t> prompt;
     std::string echo;  // text the answer starts with (echo): the final assistant message, or the prompt
+    ChatParseOptions parse;  // chat: reasoning and tool calls to parse out of the answer
   };
   // Parses a /v1/chat/completions (`chat`) or /v1/completions body and builds its prompt ids.
   // Errors: InvalidArgument naming the field. Any thread.
@@ -76,6 +84,8 @@ class OpenAiServing {
 
   // The prompt ids of a chat request (template + tokenizer). Errors: InvalidArgument.
   Result<std::vector<int32_t>> ChatPromptIds(const ChatRequest& r) const;
+  // The prompt text of a chat request (the template rendered, cut for continue_final_message).
+  Result<std::string> ChatPromptText(const ChatRequest& r) const;
   // The prompt ids of a completion request (text is tokenized; BOS added if the tokenizer config
   // asks for it).
   Result<std::vector<int32_t>> CompletionPromptIds(const CompletionRequest& r) const;

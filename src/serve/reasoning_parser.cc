@@ -21,7 +21,7 @@ bool PromptOpensThinking(std::string_view prompt) {
   return prompt.ends_with(kOpen);
 }
 
-ThinkSplitter::ThinkSplitter(bool starts_inside) : state_(starts_inside ? State::kReasoning : State::kMaybeOpen) {}
+ThinkSplitter::ThinkSplitter(bool starts_inside) : starts_inside_(starts_inside) {}
 
 ThinkSplitter::Split ThinkSplitter::Push(std::string_view text) {
   Split out;
@@ -34,7 +34,7 @@ ThinkSplitter::Split ThinkSplitter::Push(std::string_view text) {
     } else if (kOpen.starts_with(rest)) {
       return out;  // only whitespace, or the start of <think>, so far
     } else {
-      state_ = State::kContent;
+      state_ = starts_inside_ ? State::kReasoning : State::kContent;
     }
   }
   if (state_ == State::kReasoning) {
@@ -65,7 +65,7 @@ ThinkSplitter::Split ThinkSplitter::Push(std::string_view text) {
 
 ThinkSplitter::Split ThinkSplitter::Finish() {
   Split out;
-  if (state_ == State::kReasoning) {
+  if (state_ == State::kReasoning || (state_ == State::kMaybeOpen && starts_inside_)) {
     // No </think>: what is held (a cut-off tag, whitespace) is still reasoning.
     size_t end = held_.size();
     while (end > 0 && IsAsciiSpace(held_[end - 1])) --end;
