@@ -92,6 +92,12 @@ test('chat: non-stream and stream agree (greedy), usage is consistent', async ()
   assert.equal(chunks[0].object, 'chat.completion.chunk');
   assert.equal(chunks[0].choices[0].delta.role, 'assistant');
   const text = chunks.filter((c) => c.choices.length).map((c) => c.choices[0].delta.content ?? '').join('');
+  // The bundled template opens a think block: what the tiny model says before any </think> is
+  // reasoning_content (absent when there is none), streamed as delta.reasoning_content.
+  const reasoning = chunks.filter((c) => c.choices.length).map((c) => c.choices[0].delta.reasoning_content ?? '')
+    .join('');
+  assert.equal(reasoning, full.choices[0].message.reasoning_content ?? '');
+  assert.ok((full.choices[0].message.content + reasoning).length > 0);
   const finish = chunks.filter((c) => c.choices.length && c.choices[0].finish_reason);
   assert.equal(finish.length, 1);
   assert.equal(finish[0].choices[0].finish_reason, full.choices[0].finish_reason);
@@ -129,7 +135,8 @@ test('8 concurrent requests all succeed, greedy outputs identical', async () => 
       : client.chat.completions.create({ model: MODEL, messages, max_tokens: 8, temperature: 0 }));
   const out = await Promise.all(reqs);
   const comp = out.filter((_, i) => i % 2).map((r) => r.choices[0].text);
-  const chat = out.filter((_, i) => !(i % 2)).map((r) => r.choices[0].message.content);
+  const chat = out.filter((_, i) => !(i % 2))
+    .map((r) => JSON.stringify([r.choices[0].message.reasoning_content, r.choices[0].message.content]));
   assert.ok(comp.every((t) => t === comp[0]), JSON.stringify(comp));
   assert.ok(chat.every((t) => t === chat[0]), JSON.stringify(chat));
 });
