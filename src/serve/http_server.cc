@@ -8,8 +8,10 @@
 //
 // Lifetimes: every Exchange and Connection holds shared_ptrs to the io_context and to Shared, so
 // strands never outlive their io_context (a strand's destructor touches its service) and an
-// exchange kept by an engine sink stays valid after the server is gone. Handlers posted after
-// Stop are never run, only destroyed.
+// exchange kept by an engine sink stays valid after the server is gone. Handlers still queued at
+// Stop, or posted after it, are never run, only destroyed: Stop destroys the queued ones itself
+// (IoContext::DestroyHandlers), since they can hold the Exchanges and Connections that keep the
+// io_context alive, and ~io_context would then never run (a cycle that leaked the whole server).
 //
 // Threading: a connection's socket, timer and `current_` are touched only on its strand; an
 // Exchange's queue is guarded by its mutex; the engine thread only calls Exchange methods.
@@ -42,6 +44,16 @@ using Strand = asio::strand<asio::io_context::executor_type>;
 using asio::use_awaitable;
 
 class Connection;
+
+// The io_context of one server, with a way to destroy its handlers before the last owner lets go.
+class IoContext : public asio::io_context {  // not final: Asio's traits derive from it
+ public:
+  using asio::io_context::io_context;
+  // What ~io_context does first: every service destroys the handlers it still holds (queued,
+  // waiting on a socket or timer, on a strand) without running them; later posts to a strand are
+  // destroyed at once. Only once no thread runs the context. ~io_context repeats it harmlessly.
+  void DestroyHandlers() { shutdown(); }
+};
 
 std::string DefaultErrorBody(int status, const std::string& message) {
   std::string escaped;
@@ -309,7 +321,7 @@ class ServerImpl final : public HttpServer {
  public:
   ServerImpl(const HttpServerOptions& o, HttpHandler h)
       : shared_(std::make_shared<Shared>(o, std::move(h))),
-        ioc_(std::make_shared<asio::io_context>(std::max(1, o.num_threads))),
+        ioc_(std::make_shared<IoContext>(std::max(1, o.num_threads))),
         acceptor_strand_(asio::make_strand(*ioc_)),
         acceptor_(acceptor_strand_) {}
   ~ServerImpl() override { Stop(0); }
@@ -380,6 +392,9 @@ class ServerImpl final : public HttpServer {
     ioc_->stop();
     for (auto& t : threads_) t.join();
     threads_.clear();
+    // What the threads left queued (e.g. an engine sink's last OnFinish, posted just before the
+    // stop) holds exchanges, which hold ioc_: destroy it now, or nothing frees it.
+    ioc_->DestroyHandlers();
   }
 
   int64_t num_open_exchanges() const override { return shared_->open_exchanges.load(); }
@@ -411,7 +426,7 @@ class ServerImpl final : public HttpServer {
   }
 
   const std::shared_ptr<Shared> shared_;
-  const std::shared_ptr<asio::io_context> ioc_;  // before the I/O objects: destroyed after them
+  const std::shared_ptr<IoContext> ioc_;  // before the I/O objects: destroyed after them
   Strand acceptor_strand_;
   tcp::acceptor acceptor_;
   int port_ = 0;

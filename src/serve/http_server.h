@@ -63,7 +63,8 @@ class HttpExchange {
   // Ends the stream (the terminating chunk is sent after the queued data).
   virtual void EndStream() = 0;
   // Runs `fn` on the exchange's strand, after the callbacks posted before it. Runs even after an
-  // abort (so cleanup can rely on it) unless the server is being destroyed.
+  // abort (so cleanup can rely on it) unless the server is stopping: what Stop finds still
+  // queued, and what is posted after it, is destroyed without running.
   virtual void Post(std::function<void()> fn) = 0;
   // Registers `fn` to run once on the strand if the exchange is aborted before it completes
   // (client gone, too slow, or server stopping). Registering after the abort runs it at once
@@ -112,7 +113,8 @@ class HttpServer {
   // Closes the listening socket; open connections keep being served.
   virtual void StopAccepting() = 0;
   // Stops accepting, waits up to `grace_ms` for open exchanges to complete, then aborts the rest,
-  // closes every connection and joins the threads. Idempotent.
+  // closes every connection, joins the threads and destroys, without running them, the callbacks
+  // still queued (Post, OnAbort). Idempotent.
   virtual void Stop(int64_t grace_ms = 2000) = 0;
   // Number of exchanges currently open (for tests and shutdown).
   virtual int64_t num_open_exchanges() const = 0;
