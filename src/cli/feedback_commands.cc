@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/bench_serve_command.h"
+#include "cli/http_post.h"
 #include "cli/mcp_http.h"
 #include "cli/mcp_server.h"
 #include "core/json_depth.h"
@@ -412,6 +413,35 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       } else {
         std::fputs(advice->Human(ada->top).c_str(), stdout);
       }
+      return 0;
+    };
+  });
+
+  // ---- trace-window ----
+  struct WindowArgs {
+    std::string url = "http://127.0.0.1:8000", api_key;
+    double seconds = 5;
+  };
+  auto twa = std::make_shared<WindowArgs>();
+  auto* tw = app.add_subcommand("trace-window", "record a trace window of a running gyre serve (POST /debug/trace)");
+  tw->add_option("--url", twa->url, "the server")->capture_default_str();
+  tw->add_option("--seconds", twa->seconds, "how long to record")->check(CLI::Range(0.001, 60.0))->capture_default_str();
+  tw->add_option("--api-key", twa->api_key, "the server's API key (default: $GYRE_API_KEY)");
+  tw->callback([twa, runner] {
+    *runner = [twa] {
+      std::string key = twa->api_key;
+      if (key.empty())
+        if (const char* e = std::getenv("GYRE_API_KEY")) key = e;
+      std::vector<std::pair<std::string, std::string>> headers;
+      if (!key.empty()) headers.emplace_back("Authorization", "Bearer " + key);
+      auto r = cli::HttpPost(twa->url, "/debug/trace", nlohmann::json{{"seconds", twa->seconds}}.dump(), headers,
+                             twa->seconds + 60);
+      if (!r) return Fail(r.status());
+      if (r->status != 200) {
+        std::fprintf(stderr, "gyre: error: the server answered %d: %s\n", r->status, r->body.c_str());
+        return 1;
+      }
+      std::printf("%s\n", r->body.c_str());
       return 0;
     };
   });

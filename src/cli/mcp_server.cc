@@ -151,6 +151,13 @@ std::vector<McpTool> GyreMcpTools() {
                 Int("max_tokens", "--max-tokens", "new tokens"), Num("temperature", "--temperature", "0 = greedy"),
                 Int("seed", "--seed", "sampling seed"), Enum("backend", "--backend", "cpu or cuda", backends),
                 {"trace", "string", "the Chrome trace file to write", "--trace", true, {}, true}}});
+  t.push_back({"trace_serve_window", "Trace a running server",
+               "Record a trace window of a running gyre serve started with --trace-dir (POST /debug/trace); the "
+               "answer names the trace file, which analyze and advise read.",
+               {"trace-window"},
+               {Str("url", "--url", "the server, e.g. http://127.0.0.1:8000", true),
+                Num("seconds", "--seconds", "how long to record (at most 60)"),
+                Str("api_key", "--api-key", "the server's API key")}});
   t.push_back({"analyze", "Analyze a trace",
                "Per-op self time, categories, idle gaps, device kernels and gaps, overlap, % of roofline.",
                {"analyze", "--json"},

@@ -27,7 +27,8 @@ test('the handshake names the server and the tools carry JSON schemas', async ()
   assert.equal(client.getServerVersion().name, 'gyre');
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name);
-  for (const n of ['verify_ops', 'verify_parallel', 'verify_trace', 'bench_model', 'generate_trace', 'analyze', 'advise',
+  for (const n of ['verify_ops', 'verify_parallel', 'verify_trace', 'bench_model', 'generate_trace', 'trace_serve_window',
+                   'analyze', 'advise',
                    'skeletons', 'gate', 'compare', 'diff', 'inspect'])
     assert.ok(names.includes(n), `missing tool ${n}`);
   for (const t of tools) {
@@ -84,6 +85,20 @@ test('trace a generation, then analyze and advise it; the trace is a resource', 
   const read = await client.readResource({ uri });
   assert.ok(JSON.parse(read.contents[0].text).traceEvents.length > 0);
   await assert.rejects(client.readResource({ uri: 'file:///etc/passwd' }), (e) => e instanceof McpError);
+});
+
+test('a trace window of a running server, then analyze it', async () => {
+  const url = process.env.GYRE_SERVE_URL;
+  assert.ok(url, 'run.sh starts a server');
+  const w = await client.callTool({ name: 'trace_serve_window', arguments: { url, seconds: 0.3 } });
+  assert.equal(w.isError, false, w.content[0].text);
+  const trace = w.structuredContent.path;
+  assert.ok(existsSync(trace), trace);
+  const a = await client.callTool({ name: 'analyze', arguments: { trace } });
+  assert.equal(a.isError, false, a.content[0].text);
+  const bad = await client.callTool({ name: 'trace_serve_window', arguments: { url: 'http://127.0.0.1:1', seconds: 0.3 } });
+  assert.equal(bad.isError, true);
+  assert.match(bad.content[0].text, /cannot connect/);
 });
 
 test('skeletons are searchable', async () => {

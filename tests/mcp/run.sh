@@ -11,8 +11,21 @@ if [ ! -d "$HERE/node_modules/@modelcontextprotocol/sdk" ]; then
   (cd "$HERE" && npm ci --no-audit --no-fund --prefer-offline >"$log" 2>&1) || {
     echo "run.sh: npm ci failed:"; cat "$log"; exit 1; }
 fi
-cd "$HERE" && GYRE_BIN=$GYRE GYRE_ROOT=$ROOT node --test --test-reporter=spec mcp_client.test.mjs
+# A server with trace windows on, for the trace_serve_window tool.
+sout=$(mktemp); tdir=$(mktemp -d)
+(cd "$ROOT" && exec "$GYRE" serve --model tests/fixtures/glm5_tiny --port 0 --kv-memory 16M --trace-dir "$tdir") \
+  >"$sout" 2>/dev/null &
+spid=$!
+surl=""
+for _ in $(seq 1 300); do
+  surl=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$sout" 2>/dev/null | sed 's/listening on //')
+  [ -n "$surl" ] && break
+  sleep 0.1
+done
+[ -n "$surl" ] || { echo "run.sh: gyre serve did not start"; kill -9 $spid 2>/dev/null; exit 1; }
+cd "$HERE" && GYRE_BIN=$GYRE GYRE_ROOT=$ROOT GYRE_SERVE_URL=$surl node --test --test-reporter=spec mcp_client.test.mjs
 rc=$?
+kill -TERM $spid; wait $spid 2>/dev/null; rm -rf "$tdir" "$sout"
 # The streamable HTTP transport: a server on a free loopback port with an API key.
 out=$(mktemp)
 (cd "$ROOT" && exec "$GYRE" mcp --http 0 --api-key mcp-test-key) >"$out" 2>/dev/null &
