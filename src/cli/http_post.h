@@ -1,5 +1,5 @@
-// A minimal blocking HTTP/1.1 POST for CLI commands that talk to a running gyre server
-// (`gyre trace-window`). http:// only; the body is read to the end (Connection: close).
+// A blocking HTTP/1.1 POST (Boost.Beast) for CLI commands that talk to a running gyre server
+// (`gyre trace-window`). http:// only; the URL is parsed as `gyre bench serve` parses --url.
 #pragma once
 
 #include <string>

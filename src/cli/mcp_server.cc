@@ -287,15 +287,15 @@ McpServer::McpServer(std::vector<McpTool> tools, std::string exe, std::function<
 McpServer::~McpServer() { Shutdown(); }
 
 void McpServer::Shutdown(bool cancel) {
-  std::vector<std::thread> threads;
+  std::vector<Worker> workers;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (cancel)
       for (auto& [id, flag] : running_) flag->store(true);
-    threads.swap(threads_);
+    workers.swap(workers_);
   }
-  for (auto& t : threads)
-    if (t.joinable()) t.join();
+  for (auto& w : workers)
+    if (w.thread.joinable()) w.thread.join();
 }
 
 void McpServer::Reply(const Sink& sink, const nlohmann::json& id, nlohmann::json result) {
@@ -351,7 +351,17 @@ void McpServer::Call(const Sink& sink, const nlohmann::json& id, const nlohmann:
     return Error(sink, id, -32600, "duplicate request id");
   }
   running_[key] = cancel;
-  threads_.emplace_back([this, sink, id, key, argv = *argv, token, cancel, outputs, name] {
+  std::erase_if(workers_, [](Worker& w) {
+    if (!w.done->load()) return false;
+    w.thread.join();
+    return true;
+  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  workers_.push_back({std::thread([this, sink, id, key, argv = *argv, token, cancel, outputs, name, done] {
+    struct MarkDone {
+      std::atomic<bool>& f;
+      ~MarkDone() { f.store(true); }
+    } mark{*done};
     int64_t progress = 0;
     auto on_line = [&](const std::string& line) {
       if (token.is_null()) return;
@@ -391,7 +401,7 @@ void McpServer::Call(const Sink& sink, const nlohmann::json& id, const nlohmann:
     }
     result["isError"] = failed;
     Reply(sink, id, std::move(result));
-  });
+  }), done});
 }
 
 void McpServer::HandleLine(const std::string& line) {

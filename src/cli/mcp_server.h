@@ -94,7 +94,11 @@ class McpServer {
   const double timeout_s_;
   std::mutex mu_, write_mu_;
   std::map<std::string, std::shared_ptr<std::atomic<bool>>> running_;  // request id (dumped) -> cancel
-  std::vector<std::thread> threads_;
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;  // set as the call's thread returns
+  };
+  std::vector<Worker> workers_;  // finished ones are joined at the next call (a long-lived HTTP server)
   std::set<std::string> written_;  // resources written by tools
 };
 

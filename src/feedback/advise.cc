@@ -118,9 +118,8 @@ Advice AdviseTrace(const std::vector<TraceEvent>& events, const AnalyzeReport& r
   // Overlap of transfers with compute.
   for (const auto& [x, y] : std::vector<std::pair<std::string, std::string>>{
            {"memcpy", "kernel"}, {"collective", "kernel"}, {"transfer", "step"}}) {
-    const AnalyzeReport r = Analyze(events, std::nullopt, std::make_pair(x, y));
-    if (!r.overlap || r.overlap->a_us <= 0 || r.overlap->b_us <= 0 || r.overlap->ratio >= 0.9) continue;
-    const auto& o = *r.overlap;
+    const OverlapResult o = MeasureOverlap(events, x, y);
+    if (o.a_us <= 0 || o.b_us <= 0 || o.ratio >= 0.9) continue;
     out.push_back({"overlap", x + " vs " + y, o.exposed_a_us,
                    Fmt("%.1f %% of %.3f ms", 100 * o.ratio, o.a_us / 1000) + " of " + x + " ran under " + y +
                        Fmt(": %.3f ms exposed", o.exposed_a_us / 1000),

@@ -257,19 +257,21 @@ AnalyzeReport Analyze(const std::vector<TraceEvent>& events, const std::optional
   std::sort(r.ops.begin(), r.ops.end(), [](const OpTime& a, const OpTime& b) { return a.excl_us > b.excl_us; });
   for (const auto& [c, us] : cats) r.categories.push_back({c, us});
   std::sort(r.categories.begin(), r.categories.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  if (overlap) {
-    OverlapResult o;
-    o.a = overlap->first;
-    o.b = overlap->second;
-    const auto ua = Union(Intervals(SelectEvents(events, o.a))), ub = Union(Intervals(SelectEvents(events, o.b)));
-    o.a_us = Length(ua);
-    o.b_us = Length(ub);
-    o.overlap_us = IntersectLength(ua, ub);
-    o.exposed_a_us = o.a_us - o.overlap_us;
-    o.ratio = o.a_us > 0 ? o.overlap_us / o.a_us : 0;
-    r.overlap = o;
-  }
+  if (overlap) r.overlap = MeasureOverlap(events, overlap->first, overlap->second);
   return r;
+}
+
+OverlapResult MeasureOverlap(const std::vector<TraceEvent>& events, const std::string& a, const std::string& b) {
+  OverlapResult o;
+  o.a = a;
+  o.b = b;
+  const auto ua = Union(Intervals(SelectEvents(events, a))), ub = Union(Intervals(SelectEvents(events, b)));
+  o.a_us = Length(ua);
+  o.b_us = Length(ub);
+  o.overlap_us = IntersectLength(ua, ub);
+  o.exposed_a_us = o.a_us - o.overlap_us;
+  o.ratio = o.a_us > 0 ? o.overlap_us / o.a_us : 0;
+  return o;
 }
 
 std::string AnalyzeReport::Human(size_t top) const {

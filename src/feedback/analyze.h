@@ -92,6 +92,9 @@ AnalyzeReport Analyze(const std::vector<TraceEvent>& events, const std::optional
 // qualified name kept, cut to `width` characters.
 std::string DisplayKernelName(const std::string& name, size_t width);
 
+// How much of selector `a`'s time overlapped selector `b`'s (what --overlap reports).
+OverlapResult MeasureOverlap(const std::vector<TraceEvent>& events, const std::string& a, const std::string& b);
+
 // The events an overlap selector names (see above); unknown names select nothing.
 std::vector<const TraceEvent*> SelectEvents(const std::vector<TraceEvent>& events, const std::string& selector);
 

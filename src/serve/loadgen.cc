@@ -30,31 +30,6 @@ using asio::use_awaitable;
 
 // ---- URL and prompts --------------------------------------------------------------------------
 
-struct Endpoint {
-  std::string host, port, prefix;  // prefix: path before /v1 ("" usually)
-};
-
-Result<Endpoint> ParseUrl(std::string url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.rfind(kScheme, 0) != 0) return Status::InvalidArgument("--url must start with http:// (got '" + url + "')");
-  url = url.substr(kScheme.size());
-  Endpoint e;
-  const size_t slash = url.find('/');
-  const std::string authority = url.substr(0, slash);
-  e.prefix = slash == std::string::npos ? "" : url.substr(slash);
-  while (!e.prefix.empty() && e.prefix.back() == '/') e.prefix.pop_back();
-  if (e.prefix.size() >= 3 && e.prefix.compare(e.prefix.size() - 3, 3, "/v1") == 0) e.prefix.resize(e.prefix.size() - 3);
-  const size_t colon = authority.rfind(':');
-  if (colon == std::string::npos) {
-    e.host = authority;
-    e.port = "80";
-  } else {
-    e.host = authority.substr(0, colon);
-    e.port = authority.substr(colon + 1);
-  }
-  if (e.host.empty() || e.port.empty()) return Status::InvalidArgument("--url has no host or port: " + url);
-  return e;
-}
 
 Result<std::vector<Json>> MakePrompts(const LoadgenOptions& o, std::mt19937_64& rng) {
   std::vector<Json> out;
@@ -315,6 +290,26 @@ Json MachineJson() {
 }
 
 }  // namespace
+
+Result<Endpoint> ParseUrl(std::string url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.rfind(kScheme, 0) != 0) return Status::InvalidArgument("--url must start with http:// (got '" + url + "')");
+  url = url.substr(kScheme.size());
+  Endpoint e;
+  const size_t slash = url.find('/');
+  const std::string authority = url.substr(0, slash);
+  e.prefix = slash == std::string::npos ? "" : url.substr(slash);
+  while (!e.prefix.empty() && e.prefix.back() == '/') e.prefix.pop_back();
+  if (e.prefix.size() >= 3 && e.prefix.compare(e.prefix.size() - 3, 3, "/v1") == 0) e.prefix.resize(e.prefix.size() - 3);
+  // An IPv6 literal is bracketed: [::1]:8000.
+  const size_t close = authority[0] == '[' ? authority.find(']') : std::string::npos;
+  const size_t colon = authority.find(':', close == std::string::npos ? 0 : close);
+  e.host = authority.substr(0, colon);
+  e.port = colon == std::string::npos ? "80" : authority.substr(colon + 1);
+  if (close != std::string::npos) e.host = e.host.substr(1, close - 1);
+  if (e.host.empty() || e.port.empty()) return Status::InvalidArgument("--url has no host or port: " + url);
+  return e;
+}
 
 // ---- statistics -------------------------------------------------------------------------------
 

@@ -25,6 +25,13 @@
 
 namespace gyre::serve {
 
+// A server URL, http://HOST[:PORT][/PREFIX] (a trailing /v1 is dropped from the prefix; an IPv6
+// host is bracketed). InvalidArgument for another scheme or a missing host.
+struct Endpoint {
+  std::string host, port, prefix;  // prefix: path before /v1 ("" usually)
+};
+Result<Endpoint> ParseUrl(std::string url);
+
 struct LoadgenOptions {
   std::string url = "http://127.0.0.1:8000";  // server base URL (a trailing /v1 is accepted)
   std::string model;                          // "" → the first id of GET /v1/models
