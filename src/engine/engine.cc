@@ -52,6 +52,7 @@ struct Request {
   SlotId slot = -1;             // -1 while waiting (or after preemption)
   std::vector<PageId> pages;    // block table
   bool cancel = false;
+  std::vector<uint32_t> mask;   // constrained requests: the allowed tokens of the piece being launched
   // Phase boundaries for Usage (steady clock): Submit, first admission, first and last token.
   // Zero until reached; a preempted request keeps its first admission.
   std::chrono::steady_clock::time_point submitted, first_scheduled, first_token, last_token;
@@ -301,6 +302,8 @@ class EngineImpl final : public Engine {
       const int64_t n = prev ? 1 : std::min(known - r->num_scheduled, budget);
       const bool samples = r->num_scheduled + n == known + r->pending;
       if (samples && r->num_generated() + r->pending >= r->params.max_tokens) return false;
+      // A constrained request's mask depends on its previous token: never launched ahead of it.
+      if (r->params.constraint && r->pending > 0) return false;
       p->slot = r->slot;
       p->start = r->num_scheduled;
       p->ids = prev ? std::span<const int32_t>(&kPrevTokenId, 1)
@@ -355,6 +358,21 @@ class EngineImpl final : public Engine {
     if (sched.empty()) return false;
     // Block tables last: Grow may reallocate a request's page vector while pieces are built.
     for (size_t i = 0; i < sched.size(); ++i) pieces[i].pages = sched[i]->pages;
+    // Token masks of constrained requests (their automata have seen every sampled token: none is
+    // in flight).
+    std::vector<Request*> dead_ends;
+    for (size_t i = 0; i < sched.size(); ++i) {
+      Request* r = sched[i];
+      if (!r->params.constraint || !pieces[i].sample.enabled) continue;
+      GYRE_SPAN("engine.token_mask", "sched");
+      r->mask.resize(static_cast<size_t>((runner_.config().vocab_size + 31) / 32));
+      if (!r->params.constraint->FillMask(r->mask)) dead_ends.push_back(r);
+      pieces[i].sample.allowed = r->mask;
+    }
+    if (!dead_ends.empty()) {  // (a trimmed automaton always allows a token; kept as a guard)
+      FailRunning(dead_ends, Status::Internal("structured output: no token can continue the output"));
+      return true;
+    }
     // 3. Launch; the sampled tokens come back in CollectOldest.
     Status s = runner_.Launch(pieces);
     if (!s.ok()) {
@@ -414,6 +432,14 @@ class EngineImpl final : public Engine {
       if (!r || finish_reason_.count(r->id)) continue;  // finished, cancelled or preempted since
       const SampledToken& t = sampled[i];
       --r->pending;
+      if (r->params.constraint) {
+        Status a = r->params.constraint->Accept(t.id);
+        if (!a.ok()) {
+          finish_status_[r->id] = Status::Internal("structured output: " + a.message());
+          finish_reason_[r->id] = FinishReason::kError;
+          continue;
+        }
+      }
       TokenEvent ev;
       ev.id = t.id;
       ev.logprob = t.logprob;
@@ -429,7 +455,7 @@ class EngineImpl final : public Engine {
       const auto& p = r->params;
       const bool stop = std::find(p.stop_ids.begin(), p.stop_ids.end(), t.id) != p.stop_ids.end() ||
                         (!p.ignore_eos && std::find(stops_eos.begin(), stops_eos.end(), t.id) != stops_eos.end());
-      if (stop) {
+      if (stop || (p.constraint && p.constraint->Complete())) {
         finish_reason_[r->id] = FinishReason::kStop;
       } else if (r->num_generated() >= p.max_tokens) {
         finish_reason_[r->id] = FinishReason::kLength;
@@ -441,7 +467,9 @@ class EngineImpl final : public Engine {
     for (auto it = running_.begin(); it != running_.end();) {
       auto fr = finish_reason_.find((*it)->id);
       if (fr != finish_reason_.end()) {
-        Finish(**it, fr->second);
+        auto fs = finish_status_.find((*it)->id);
+        Finish(**it, fr->second, fs != finish_status_.end() ? fs->second : Status());
+        if (fs != finish_status_.end()) finish_status_.erase(fs);
         finish_reason_.erase(fr);
         it = running_.erase(it);
       } else {
@@ -480,6 +508,7 @@ class EngineImpl final : public Engine {
   std::deque<std::unique_ptr<Request>> running_;
   std::deque<std::unique_ptr<Request>> waiting_;
   std::map<RequestId, FinishReason> finish_reason_;
+  std::map<RequestId, Status> finish_status_;  // with finish_reason_ kError
   // Launched steps not yet collected, oldest first: per piece the request, its epoch at launch and
   // whether the piece samples.
   struct InFlight {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/token_constraint.h"
 #include "ops/sampling.h"
 
 namespace gyre {
@@ -34,6 +35,12 @@ struct RequestParams {
   std::vector<int32_t> stop_ids;        // in addition to the model's EOS ids
   bool ignore_eos = false;
   int32_t top_logprobs = 0;             // 0..20: alternatives reported per token (logprob always reported)
+  // Structured output (may be null): every sampled token is drawn from the tokens it allows, and
+  // it is advanced with each; the request stops when it is Complete (or at an allowed EOS). Such
+  // a request is never launched ahead of its previous token (its mask depends on it), so it does
+  // not take part in overlapped steps. A token it refuses, or a state that allows no token, ends
+  // the request with kError.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct TokenEvent {

@@ -252,7 +252,12 @@ class WatchingRunner final : public ModelRunner {
   RunnerCapacity capacity() const override { return inner_.capacity(); }
   std::string backend() const override { return "watch:" + inner_.backend(); }
   Status Launch(std::span<const StepPiece> pieces, bool want_logits) override {
-    for (const StepPiece& p : pieces) prev_pieces += p.ids.size() == 1 && p.ids[0] == kPrevToken;
+    for (const StepPiece& p : pieces) {
+      const bool prev = p.ids.size() == 1 && p.ids[0] == kPrevToken;
+      prev_pieces += prev;
+      masked_pieces += !p.sample.allowed.empty();
+      masked_prev_pieces += prev && !p.sample.allowed.empty();
+    }
     GYRE_RETURN_IF_ERROR(inner_.Launch(pieces, want_logits));
     max_outstanding = std::max(max_outstanding, ++outstanding);
     return Status::Ok();
@@ -262,7 +267,7 @@ class WatchingRunner final : public ModelRunner {
     return inner_.Collect(out, logits);
   }
   int outstanding = 0, max_outstanding = 0;
-  int64_t prev_pieces = 0;
+  int64_t prev_pieces = 0, masked_pieces = 0, masked_prev_pieces = 0;
 
  private:
   ModelRunner& inner_;
@@ -308,6 +313,121 @@ TEST_P(EngineOnRunner, OverlapLaunchesAheadWithInFlightTokens) {
       EXPECT_EQ(watch.prev_pieces, 0);
     }
   }
+}
+
+// A constraint whose allowed set depends on the previous token: after token t only
+// {(t + 1) % 96, (t + 7) % 96, (t + 30) % 96} (the first token: anything below 48); complete after
+// `length` tokens. It records every token it accepts.
+class StepConstraint final : public TokenConstraint {
+ public:
+  explicit StepConstraint(int length) : length_(length) {}
+  bool Allowed(int32_t id) const {
+    if (accepted.empty()) return id >= 0 && id < 48;
+    const int32_t t = accepted.back();
+    return id == (t + 1) % 96 || id == (t + 7) % 96 || id == (t + 30) % 96;
+  }
+  bool FillMask(std::span<uint32_t> words) override {
+    std::fill(words.begin(), words.end(), 0u);
+    for (int32_t id = 0; id < 97; ++id)
+      if (Allowed(id)) words[id / 32] |= 1u << (id % 32);
+    return true;
+  }
+  Status Accept(int32_t id) override {
+    if (!Allowed(id)) {
+      ++refused;
+      return Status::InvalidArgument("not allowed");
+    }
+    accepted.push_back(id);
+    return Status::Ok();
+  }
+  bool Complete() const override { return static_cast<int>(accepted.size()) >= length_; }
+  std::vector<int32_t> accepted;
+  int refused = 0;
+
+ private:
+  int length_;
+};
+
+// Constrained requests among unconstrained ones, overlap on: every constrained token obeys its
+// mask, a constrained piece is never launched ahead with kPrevToken (its mask needs the token),
+// the others still are, and a constraint that completes ends its request with stop.
+TEST_P(EngineOnRunner, ConstrainedRequestsAreNeverLaunchedAhead) {
+  auto model = MakeModel();
+  EngineOptions eo;
+  eo.max_num_seqs = 6;
+  auto inner = GetParam().make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+  ASSERT_TRUE(inner.ok());
+  WatchingRunner watch(**inner);
+  auto engine = Engine::Create(watch, eo);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->Start().ok());
+  std::vector<std::shared_ptr<Collector>> sinks;
+  std::vector<std::shared_ptr<StepConstraint>> cons;
+  for (int i = 0; i < 6; ++i) {
+    RequestParams p;
+    p.prompt = Ids(9 + 3 * i, 900 + i);
+    p.max_tokens = 20;
+    p.ignore_eos = true;
+    p.sampling.temperature = i % 3 == 0 ? 0.0f : 1.0f;
+    p.sampling.seed = 50 + i;
+    if (i % 2 == 0) {
+      cons.push_back(std::make_shared<StepConstraint>(6 + i));
+      p.constraint = cons.back();
+    }
+    sinks.push_back(std::make_shared<Collector>());
+    ASSERT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+  }
+  for (auto& s : sinks) s->Wait();
+  (*engine)->Stop();
+  for (int i = 0; i < 6; ++i) {
+    if (i % 2 == 0) {
+      const StepConstraint& c = *cons[i / 2];
+      EXPECT_EQ(c.refused, 0) << i;
+      EXPECT_EQ(sinks[i]->ids, c.accepted) << i;
+      EXPECT_EQ(static_cast<int>(sinks[i]->ids.size()), 6 + i) << i;
+      EXPECT_EQ(sinks[i]->reason, FinishReason::kStop) << i;
+    } else {
+      EXPECT_EQ(sinks[i]->ids.size(), 20u) << i;
+      EXPECT_EQ(sinks[i]->reason, FinishReason::kLength) << i;
+    }
+  }
+  EXPECT_GT(watch.masked_pieces, 0);
+  EXPECT_EQ(watch.masked_prev_pieces, 0);
+  EXPECT_GT(watch.prev_pieces, 0);  // the unconstrained requests still overlap
+}
+
+// Greedy under a mask: the backend's tokens equal the CPU runner's (on CUDA the mask is applied
+// on the device; run with `test_engine --gtest_filter='*cuda*'` on a GPU).
+TEST_P(EngineOnRunner, MaskedGreedyMatchesTheCpuRunner) {
+  auto model = MakeModel();
+  auto run = [&](const Backend& be) {
+    EngineOptions eo;
+    eo.max_num_seqs = 3;
+    auto r = be.make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+    EXPECT_TRUE(r.ok());
+    auto engine = Engine::Create(**r, eo);
+    EXPECT_TRUE(engine.ok());
+    EXPECT_TRUE((*engine)->Start().ok());
+    std::vector<std::shared_ptr<Collector>> sinks;
+    for (int i = 0; i < 3; ++i) {
+      RequestParams p;
+      p.prompt = Ids(7 + 5 * i, 300 + i);
+      p.max_tokens = 16;
+      p.ignore_eos = true;
+      p.constraint = std::make_shared<StepConstraint>(14);
+      sinks.push_back(std::make_shared<Collector>());
+      EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (auto& s : sinks) {
+      s->Wait();
+      EXPECT_EQ(s->reason, FinishReason::kStop);
+      out.push_back(s->ids);
+    }
+    (*engine)->Stop();
+    return out;
+  };
+  EXPECT_EQ(run(GetParam()), run(Backends()[0]));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineOnRunner, ::testing::ValuesIn(Backends()),

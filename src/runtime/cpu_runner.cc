@@ -96,7 +96,8 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
       r += rows;
       const SampleSpec& sp = pieces[i].sample;
       if (!sp.enabled) continue;
-      std::span<const float> row(&logits[(r - 1) * V], V);
+      std::span<float> row(&logits[(r - 1) * V], V);
+      if (!sp.allowed.empty()) ApplyTokenMask(row, sp.allowed);  // the returned logits are masked too
       SampledToken& t = (*out)[i];
       t.id = SampleKeyed(row, sp.params, sp.offset);
       LogProbs(row, t.id, sp.top_logprobs, &t);

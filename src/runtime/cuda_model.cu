@@ -424,12 +424,19 @@ struct CudaModel::Impl {
   cuda::SampleParamsDev* sample_params = nullptr;
   float* row_logprob = nullptr;
   int32_t* last_token = nullptr;  // [max_seqs]: each slot's most recent sample (kPrevToken inputs)
+  // Structured output: per logits row the index of its token mask or -1 ([N]), and the masks
+  // ([max_seqs, mask_words] uint32), uploaded with a step that has masked pieces.
+  int32_t* mask_row = nullptr;
+  uint32_t* token_masks = nullptr;
+  int64_t mask_words = 0;
   // Host staging of one outstanding step (two alternate, so step n+1 is prepared while step n
   // runs): pinned inputs (the int32 blob, sampling parameters) and pinned outputs (ids, logprobs),
   // and what Collect needs to assemble the results.
   struct Staging {
     int32_t* blob = nullptr;
     cuda::SampleParamsDev* params = nullptr;
+    int32_t* mask_row = nullptr;     // [N]
+    uint32_t* masks = nullptr;       // [max_seqs, mask_words]
     int32_t* ids = nullptr;
     float* lps = nullptr;
     // The launched step.
@@ -501,7 +508,7 @@ struct CudaModel::Impl {
   }
 
   // Decode graphs, by (batch bucket, context bucket).
-  std::map<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t> graphs;  // (batch, context, sampling)
+  std::map<std::tuple<int64_t, int64_t, bool, bool>, cudaGraphExec_t> graphs;  // (batch, context, sampling, masked)
   bool graphs_broken = false;  // a capture failed once: decode steps run eagerly from then on
 
   ~Impl() {
@@ -511,7 +518,7 @@ struct CudaModel::Impl {
 
     for (Staging& st : staging) {
       for (void* p : {static_cast<void*>(st.blob), static_cast<void*>(st.params), static_cast<void*>(st.ids),
-                      static_cast<void*>(st.lps)})
+                      static_cast<void*>(st.lps), static_cast<void*>(st.mask_row), static_cast<void*>(st.masks)})
         if (p) (void)cudaFreeHost(p);
     }
     for (int i = 0; i < 4; ++i)
@@ -630,6 +637,7 @@ struct CudaModel::Impl {
     cuda::PagedBatch pb;
     int64_t rows = 0;                  // logit rows
     bool sampling = false;             // some row samples (SampleRows), else greedy (Argmax)
+    bool masked = false;               // some row has a token mask (ApplyTokenMask first)
   };
   Status RunLayers(const StepDims& d);
   Status KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out);
@@ -896,7 +904,12 @@ Status CudaModel::Impl::BuildScratch() {
   GYRE_ASSIGN_OR_RETURN(sample_params, AllocN<cuda::SampleParamsDev>(N, sb));
   GYRE_ASSIGN_OR_RETURN(row_logprob, AllocN<float>(N, sb));
   GYRE_ASSIGN_OR_RETURN(last_token, AllocN<int32_t>(opts.max_seqs, sb));
+  mask_words = (c.vocab_size + 31) / 32;
+  GYRE_ASSIGN_OR_RETURN(mask_row, AllocN<int32_t>(N, sb));
+  GYRE_ASSIGN_OR_RETURN(token_masks, AllocN<uint32_t>(opts.max_seqs * mask_words, sb));
   for (Staging& st : staging) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.mask_row, N * sizeof(int32_t)));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.masks, opts.max_seqs * mask_words * sizeof(uint32_t)));
     GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.params, N * sizeof(cuda::SampleParamsDev)));
     GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.ids, N * sizeof(int32_t)));
     GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.lps, N * sizeof(float)));
@@ -1161,6 +1174,10 @@ Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hm, R, D, D, w.final_norm, c.rms_norm_eps, hn, D, s()));
   GYRE_RETURN_IF_ERROR(Sec("lm_head"));
   GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, logits_out));
+  if (d.masked) {
+    GYRE_RETURN_IF_ERROR(Sec("token_mask"));
+    GYRE_RETURN_IF_ERROR(cuda::ApplyTokenMask(logits_out, R, c.vocab_size, mask_row, token_masks, s()));
+  }
   if (d.sampling) {
     GYRE_RETURN_IF_ERROR(Sec("sample"));
     GYRE_RETURN_IF_ERROR(cuda::SampleRows(logits_out, R, c.vocab_size, sample_params, next_ids, s()));
@@ -1392,6 +1409,8 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   if (d.b * max_pages > m.bt_cap) return Status::Internal("cuda model: block table capacity exceeded");
   int32_t* hb = sg.blob;
   cuda::SampleParamsDev* hp = sg.params;
+  int32_t* hm = sg.mask_row;
+  int32_t num_masks = 0;
   d.cu.push_back(0);
   int64_t t = 0;
   std::vector<int64_t> row_of_input(batch.size()), nrows_of_input(batch.size());
@@ -1425,6 +1444,12 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
         d.sampling = true;
       }
       hp[r] = sp;
+      hm[r] = -1;
+      if (q == t - 1 && in.sample.enabled && !in.sample.allowed.empty()) {
+        std::copy(in.sample.allowed.begin(), in.sample.allowed.end(), sg.masks + num_masks * m.mask_words);
+        hm[r] = num_masks++;
+        d.masked = true;
+      }
       hb[m.o_rslot + r] = q == t - 1 && in.sample.enabled ? in.slot : -1;
       hb[m.o_rows + r++] = static_cast<int32_t>(q);
     }
@@ -1444,6 +1469,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
       hb[m.o_slots + bi] = -1;
       hb[m.o_rows + bi] = static_cast<int32_t>(bi);
       hp[bi] = cuda::SampleParamsDev{};
+      hm[bi] = -1;
       hb[m.o_rslot + bi] = -1;
       for (int64_t p = 0; p < max_pages; ++p) hb[m.o_bt + bi * max_pages + p] = 0;
     }
@@ -1463,6 +1489,11 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   if (d.sampling)
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.sample_params, hp, d.rows * sizeof(cuda::SampleParamsDev),
                                               cudaMemcpyHostToDevice, m.s()));
+  if (d.masked) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.mask_row, hm, d.rows * sizeof(int32_t), cudaMemcpyHostToDevice, m.s()));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.token_masks, sg.masks, num_masks * m.mask_words * sizeof(uint32_t),
+                                              cudaMemcpyHostToDevice, m.s()));
+  }
   if (!use_graph && m.logits_rows < d.rows) {
     GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
     m.logits_buf.Reset();
@@ -1492,7 +1523,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   const float* dev_logits = use_graph ? m.glogits : m.logits_buf.get<float>();
   auto run = [&]() -> Status {
     if (use_graph) {
-      const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling);
+      const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling, d.masked);
       auto it = m.graphs.find(key);
       if (it == m.graphs.end()) {
         cudaGraphExec_t exec = nullptr;

@@ -47,6 +47,18 @@ Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap
           return Status::InvalidArgument(where + ": page " + std::to_string(pg) + " is outside the page pool");
     }
     if (p.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sample.params));
+    if (!p.sample.allowed.empty()) {
+      if (static_cast<int64_t>(p.sample.allowed.size()) != (vocab + 31) / 32)
+        return Status::InvalidArgument(where + ": the token mask has " + std::to_string(p.sample.allowed.size()) +
+                                       " words, the vocabulary needs " + std::to_string((vocab + 31) / 32));
+      bool any = false;
+      for (int64_t w = 0; w < static_cast<int64_t>(p.sample.allowed.size()) && !any; ++w) {
+        const int64_t bits = std::min<int64_t>(32, vocab - 32 * w);
+        const uint32_t live = bits == 32 ? ~0u : ((1u << bits) - 1);
+        any = (p.sample.allowed[w] & live) != 0;
+      }
+      if (!any) return Status::InvalidArgument(where + ": the token mask allows no token");
+    }
     total += static_cast<int64_t>(p.ids.size());
   }
   if (total > cap.max_step_tokens)
@@ -59,6 +71,11 @@ int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p,
   if (p.temperature <= 0.0f) return ops::Argmax(logits);
   ops::Sampler s(SplitMix64(p.seed ^ SplitMix64(offset)));
   return s.Sample(logits, p);
+}
+
+void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> allowed) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!((allowed[i >> 5] >> (i & 31)) & 1u)) logits[i] = -INFINITY;
 }
 
 void LogProbs(std::span<const float> logits, int32_t id, int32_t k, SampledToken* out) {
@@ -75,7 +92,8 @@ void LogProbs(std::span<const float> logits, int32_t id, int32_t k, SampledToken
   k = std::min<int32_t>(k, static_cast<int32_t>(idx.size()));
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
                     [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  for (int32_t i = 0; i < k; ++i) out->top.push_back({idx[i], static_cast<float>(logits[idx[i]] - lse)});
+  for (int32_t i = 0; i < k; ++i)
+    if (logits[idx[i]] != -INFINITY) out->top.push_back({idx[i], static_cast<float>(logits[idx[i]] - lse)});
 }
 
 // ---- RunnerSession -------------------------------------------------------------------------------

@@ -62,6 +62,11 @@ struct SampleSpec {
   ops::SamplingParams params;  // params.seed keys the draw
   uint64_t offset = 0;         // draw counter: the request's generated-token count
   int32_t top_logprobs = 0;    // 0..20 alternatives
+  // Structured output: empty, or the allowed tokens as a bitmask of ceil(vocab / 32) words (bit
+  // id % 32 of allowed[id / 32]); the runner draws from the logits with every other token at −inf
+  // (on the device for CUDA), and the returned logprobs are those of the masked row. At least
+  // one token of [0, vocab) must be allowed. The span need not outlive Launch.
+  std::span<const uint32_t> allowed;
 };
 
 // As the only id of a decode piece: the token the piece's slot sampled in the previous step.
@@ -117,7 +122,12 @@ Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap
 // the support of ops::SamplingSupport); greedy when temperature <= 0.
 int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset);
 
-// log-softmax of `logits` at `id` and the `k` best alternatives (ties → lower id).
+// Sets logits[i] = −inf for every token i not allowed by `allowed` (SampleSpec::allowed).
+// REQUIRES: allowed.size() == ceil(logits.size() / 32).
+void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> allowed);
+
+// log-softmax of `logits` at `id` and the `k` best alternatives (ties → lower id; tokens at −inf
+// are never listed).
 void LogProbs(std::span<const float> logits, int32_t id, int32_t k, SampledToken* out);
 
 // RunnerSession: sequences on a runner for callers without an engine (gyre generate, verify model,

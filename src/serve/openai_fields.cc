@@ -14,7 +14,9 @@ constexpr uint8_t kBoth = kC | kP;
 constexpr FieldUse kHon = FieldUse::kHonoured, kDef = FieldUse::kDefaultOnly, kUnu = FieldUse::kUnused,
                    kRef = FieldUse::kRefused;
 
-constexpr std::string_view kNeedsGrammar = "is not supported yet: it needs constrained decoding";
+constexpr std::string_view kNeedsGrammar =
+    "is not supported: structured output takes response_format, guided_json, guided_regex, guided_choice or "
+    "structured_outputs (JSON schemas, regexes, choices; no grammars)";
 
 constexpr RequestField kFields[] = {
     // ---- OpenAI ----
@@ -46,8 +48,9 @@ constexpr RequestField kFields[] = {
     {"frequency_penalty", kBoth, kDef, "[0]", "is not supported yet (only 0)"},
     {"presence_penalty", kBoth, kDef, "[0]", "is not supported yet (only 0)"},
     {"logit_bias", kBoth, kDef, "[{}]", "is not supported yet (only {})"},
-    {"response_format", kBoth, kDef, R"([{"type": "text"}])",
-     "is not supported yet (only {\"type\": \"text\"}): json_object and json_schema need constrained decoding"},
+    {"response_format", kBoth, kHon, "",
+     "text, json_object and json_schema (strict or not: always enforced by constrained decoding; the JSON Schema "
+     "subset in docs/serve.md, other keywords refused by name)"},
     {"suffix", kP, kDef, R"([""])", "is not supported (only \"\"): the models have no fill-in-the-middle format"},
     {"parallel_tool_calls", kC, kDef, "[true]",
      "is not supported yet (only true): gyre cannot limit the model to one tool call"},
@@ -111,14 +114,14 @@ constexpr RequestField kFields[] = {
     {"mm_processor_kwargs", kC, kRef, "", "is not supported: gyre serves text only"},
     {"media_io_kwargs", kC, kRef, "", "is not supported: gyre serves text only"},
     {"prompt_embeds", kP, kRef, "", "is not supported: prompts are text or token ids"},
-    {"guided_json", kBoth, kRef, "", kNeedsGrammar},
-    {"guided_regex", kBoth, kRef, "", kNeedsGrammar},
-    {"guided_choice", kBoth, kRef, "", kNeedsGrammar},
+    {"guided_json", kBoth, kHon, "", "a JSON schema (object or JSON text), enforced by constrained decoding"},
+    {"guided_regex", kBoth, kHon, "", "the regex subset in docs/serve.md, enforced by constrained decoding"},
+    {"guided_choice", kBoth, kHon, "", "the output is exactly one of the strings"},
     {"guided_grammar", kBoth, kRef, "", kNeedsGrammar},
     {"guided_decoding_backend", kBoth, kRef, "", kNeedsGrammar},
     {"guided_whitespace_pattern", kBoth, kRef, "", kNeedsGrammar},
     {"structural_tag", kBoth, kRef, "", kNeedsGrammar},
-    {"structured_outputs", kBoth, kRef, "", kNeedsGrammar},
+    {"structured_outputs", kBoth, kHon, "", "one of json, regex, choice, json_object (true)"},
     {"kv_transfer_params", kBoth, kRef, "", "is not supported: gyre serve runs no disaggregated prefill"},
     {"vllm_xargs", kBoth, kRef, "", "is not supported: gyre has no request extensions"},
 };

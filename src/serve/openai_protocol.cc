@@ -186,6 +186,100 @@ bool IsPlainId(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
+// Structured output: the one constraint field present, if any.
+Status ReadConstraint(BodyFields& f, GenerationRequest* g) {
+  using structured::ConstraintSpec;
+  auto set = [&](const char* field, ConstraintSpec spec) -> Status {
+    if (g->constraint) {
+      return FieldError(field, "cannot be combined with '" + g->constraint_field +
+                                   "': give one structured-output constraint");
+    }
+    g->constraint = std::move(spec);
+    g->constraint_field = field;
+    return Status::Ok();
+  };
+  auto choice = [&](const char* field, const Json& v) -> Status {
+    if (!v.is_array() || v.empty()) return FieldError(field, "must be a non-empty array of strings");
+    ConstraintSpec spec;
+    spec.kind = ConstraintSpec::Kind::kChoice;
+    for (const Json& c : v) {
+      if (!c.is_string()) return FieldError(field, "must be a non-empty array of strings");
+      spec.choices.push_back(c.get<std::string>());
+    }
+    return set(field, std::move(spec));
+  };
+  auto regex = [&](const char* field, const Json& v) -> Status {
+    if (!v.is_string()) return FieldError(field, "must be a string (a regular expression)");
+    ConstraintSpec spec;
+    spec.regex = v.get<std::string>();
+    return set(field, std::move(spec));
+  };
+  auto schema = [&](const char* field, const Json& v) -> Status {
+    Json sc = v;
+    if (v.is_string()) {  // vLLM accepts the schema as JSON text too
+      sc = Json::parse(v.get<std::string>(), nullptr, false);
+      if (sc.is_discarded()) return FieldError(field, "is a string that is not JSON");
+    }
+    if (!sc.is_object() && !sc.is_boolean()) return FieldError(field, "must be a JSON schema (an object)");
+    ConstraintSpec spec;
+    spec.kind = ConstraintSpec::Kind::kJsonSchema;
+    spec.schema = std::move(sc);
+    return set(field, std::move(spec));
+  };
+  if (const Json* rf = f.Get("response_format")) {
+    const char* k = "response_format";
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      return FieldError(k, "must be an object with a string 'type'");
+    const std::string type = (*rf)["type"].get<std::string>();
+    for (const auto& [key, val] : rf->items())
+      if (key != "type" && !(type == "json_schema" && key == "json_schema"))
+        return FieldError(k, "has an unknown member '" + key + "' for type '" + type + "'");
+    if (type == "json_object") {
+      ConstraintSpec spec;
+      spec.kind = ConstraintSpec::Kind::kJsonObject;
+      GYRE_RETURN_IF_ERROR(set(k, std::move(spec)));
+    } else if (type == "json_schema") {
+      const Json* js = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
+      if (!js || !js->is_object()) return FieldError(k, "of type json_schema needs a 'json_schema' object");
+      for (const auto& [key, val] : js->items()) {
+        if (key == "name" && !val.is_string()) return FieldError(k, "json_schema.name must be a string");
+        if (key == "strict" && !val.is_boolean() && !val.is_null()) return FieldError(k, "json_schema.strict must be a boolean");
+        if (key == "description" && !val.is_string()) return FieldError(k, "json_schema.description must be a string");
+        if (key != "name" && key != "strict" && key != "description" && key != "schema")
+          return FieldError(k, "json_schema has an unknown member '" + key + "'");
+      }
+      // Strict or not, the output is always constrained to the schema (strict only loosens
+      // nothing here). No schema: any JSON value, as OpenAI.
+      GYRE_RETURN_IF_ERROR(schema(k, js->contains("schema") ? (*js)["schema"] : Json::object()));
+    } else if (type != "text") {
+      return FieldError(k, "type must be 'text', 'json_object' or 'json_schema'");
+    }
+  }
+  if (const Json* v = f.Get("guided_json")) GYRE_RETURN_IF_ERROR(schema("guided_json", *v));
+  if (const Json* v = f.Get("guided_regex")) GYRE_RETURN_IF_ERROR(regex("guided_regex", *v));
+  if (const Json* v = f.Get("guided_choice")) GYRE_RETURN_IF_ERROR(choice("guided_choice", *v));
+  if (const Json* so = f.Get("structured_outputs")) {
+    const char* k = "structured_outputs";
+    if (!so->is_object()) return FieldError(k, "must be an object");
+    for (const auto& [key, val] : so->items()) {
+      if (val.is_null()) continue;
+      if (key == "json") GYRE_RETURN_IF_ERROR(schema(k, val));
+      else if (key == "regex") GYRE_RETURN_IF_ERROR(regex(k, val));
+      else if (key == "choice") GYRE_RETURN_IF_ERROR(choice(k, val));
+      else if (key == "json_object" && val.is_boolean()) {
+        if (val.get<bool>()) {
+          ConstraintSpec spec;
+          spec.kind = ConstraintSpec::Kind::kJsonObject;
+          GYRE_RETURN_IF_ERROR(set(k, std::move(spec)));
+        }
+      } else {
+        return FieldError(k, "member '" + key + "' is not supported (json, regex, choice and json_object are)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // Fields shared by chat and completions; then every kDefaultOnly/kUnused/kRefused row.
 Status ParseCommon(BodyFields& f, GenerationRequest* g) {
   const bool chat = f.endpoint() == Endpoint::kChat;
@@ -250,6 +344,7 @@ Status ParseCommon(BodyFields& f, GenerationRequest* g) {
     }
     g->request_id = id->get<std::string>();
   }
+  GYRE_RETURN_IF_ERROR(ReadConstraint(f, g));
   return Status::Ok();
 }
 

@@ -21,6 +21,8 @@
 
 #include "core/status.h"
 
+#include "structured/grammar.h"
+
 namespace gyre::serve {
 
 using Json = nlohmann::ordered_json;  // keeps key order (tool schemas reach the template as sent)
@@ -72,6 +74,11 @@ struct GenerationRequest {
   bool echo = false;                   // chat: prepend the final assistant message; completions: the prompt
   bool add_special_tokens = false;     // vLLM extension: add the tokenizer's BOS (chat default false, else true)
   std::string request_id;              // vLLM extension: the response id's suffix; "" = random
+  // Structured output: response_format json_object / json_schema, vLLM's guided_json /
+  // guided_regex / guided_choice or structured_outputs {json, regex, choice} (at most one of
+  // them); compiled against the vocabulary when the request is built (errors name the field).
+  std::optional<structured::ConstraintSpec> constraint;
+  std::string constraint_field;        // the field it came from
 };
 
 struct ChatRequest {

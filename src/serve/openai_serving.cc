@@ -6,8 +6,10 @@
 #include <ctime>
 #include <random>
 
+#include "model/config.h"
 #include "serve/openai_output.h"
 #include "serve/tokenization.h"
+#include "structured/regex.h"
 
 namespace gyre::serve {
 
@@ -354,6 +356,34 @@ Result<std::string> CutAfterFinalMessage(const std::string& rendered, const std:
   return rendered.substr(0, at + (kept ? lstripped.size() : stripped.size()));
 }
 
+std::shared_ptr<const structured::TokenTrie> OpenAiServing::Trie() const {
+  std::call_once(trie_once_, [&] {
+    trie_ = structured::TokenTrie::FromTokenizer(*cfg_.tokenizer, cfg_.engine->config().vocab_size,
+                                                 cfg_.eos_token_ids);
+  });
+  return trie_;
+}
+
+Result<std::shared_ptr<structured::Grammar>> OpenAiServing::CompiledGrammar(
+    const structured::ConstraintSpec& spec) const {
+  GYRE_ASSIGN_OR_RETURN(std::string re, structured::SpecRegex(spec));
+  {
+    std::lock_guard<std::mutex> l(grammar_mu_);
+    for (size_t i = 0; i < grammars_.size(); ++i) {
+      if (grammars_[i].first != re) continue;
+      std::rotate(grammars_.begin(), grammars_.begin() + static_cast<std::ptrdiff_t>(i),
+                  grammars_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return grammars_.front().second;
+    }
+  }
+  GYRE_ASSIGN_OR_RETURN(structured::ByteDfa dfa, structured::CompileRegex(re));  // outside the lock
+  auto g = std::make_shared<structured::Grammar>(std::move(dfa), Trie());
+  std::lock_guard<std::mutex> l(grammar_mu_);
+  grammars_.insert(grammars_.begin(), {re, g});
+  if (grammars_.size() > kGrammarCacheSize) grammars_.pop_back();
+  return g;
+}
+
 Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequest& g,
                                                  std::vector<int32_t> prompt) const {
   RequestParams p;
@@ -391,6 +421,11 @@ Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequ
   for (const std::string& s : g.stop) {
     auto ids = cfg_.tokenizer->Encode(s, /*parse_special=*/true);
     if (ids.ok() && ids->size() == 1) p.stop_ids.push_back((*ids)[0]);
+  }
+  if (g.constraint) {
+    auto grammar = CompiledGrammar(*g.constraint);
+    if (!grammar.ok()) return FieldError(g.constraint_field, grammar.status().message());
+    p.constraint = std::make_shared<structured::GrammarConstraint>(*grammar);
   }
   return p;
 }
@@ -433,6 +468,10 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   }
   s.echo = std::move(request.echo);
   s.parse = std::move(request.parse);
+  if (g.constraint) {  // constrained from the first token: the output is the content, never reasoning or markup
+    s.parse.split_reasoning = false;
+    s.parse.parse_tool_calls = false;
+  }
   if (s.parse.split_reasoning || s.parse.parse_tool_calls) s.output.keep_special = ChatMarkupTokens();
   if (record) record->SetId(s.meta.id);
   s.record = std::move(record);

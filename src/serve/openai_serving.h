@@ -16,6 +16,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -108,7 +109,19 @@ class OpenAiServing {
   // Validates the model name and the context length and fills the engine parameters.
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
 
+  // The vocabulary's token trie for structured output, built on first use (thread-safe).
+  std::shared_ptr<const structured::TokenTrie> Trie() const;
+  // The compiled grammar of `spec`: shared by requests with the same constraint (the last
+  // kGrammarCacheSize used), so their per-state masks are computed once. Thread-safe.
+  Result<std::shared_ptr<structured::Grammar>> CompiledGrammar(const structured::ConstraintSpec& spec) const;
+  static constexpr size_t kGrammarCacheSize = 8;
+
   const ServingConfig cfg_;
+  mutable std::once_flag trie_once_;
+  mutable std::shared_ptr<const structured::TokenTrie> trie_;
+  mutable std::mutex grammar_mu_;
+  // Most recently used first: (the constraint's regex, its grammar). Guarded by grammar_mu_.
+  mutable std::vector<std::pair<std::string, std::shared_ptr<structured::Grammar>>> grammars_;
 };
 
 // Sends `e` as an OpenAI error response (with Retry-After for 429).

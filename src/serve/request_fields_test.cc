@@ -201,9 +201,9 @@ Json RefusedValue(std::string_view field) {
     "functions": [{"name": "f"}], "function_call": "auto", "allowed_token_ids": [1, 2],
     "truncate_prompt_tokens": 8, "prompt_logprobs": 1, "logits_processors": ["m.P"], "chat_template": "{{ 1 }}",
     "documents": [{"title": "t", "text": "x"}], "mm_processor_kwargs": {}, "media_io_kwargs": {},
-    "prompt_embeds": "AAAA", "guided_json": {"type": "object"}, "guided_regex": "a+", "guided_choice": ["a", "b"],
+    "prompt_embeds": "AAAA",
     "guided_grammar": "root ::= \"a\"", "guided_decoding_backend": "xgrammar", "guided_whitespace_pattern": " ",
-    "structural_tag": "{}", "structured_outputs": {"choice": ["a", "b"]}, "kv_transfer_params": {},
+    "structural_tag": "{}", "kv_transfer_params": {},
     "vllm_xargs": {"k": 1}})");
   const std::string key(field);
   return kValues.contains(key) ? kValues[key] : Json(true);
@@ -406,9 +406,33 @@ TEST_F(RequestFieldsTest, EveryFieldIsHonouredOrRefused) {
   neutral("frequency_penalty", both, 0, 0.5);
   neutral("presence_penalty", both, 0.0, -0.5);
   neutral("logit_bias", both, Json::object(), {{"5", 1}});
-  neutral("response_format", both, {{"type", "text"}}, {{"type", "json_object"}});
+  // Structured output: each form reaches the engine as a constraint; bad values and unsupported
+  // schema keywords are refused naming the field.
+  auto constrained = [&](const char* f, Json value) {
+    add(f, both, {{f, value}}, H, [](const Outcome& o) {
+      Ok(o);
+      EXPECT_TRUE(o.params->constraint != nullptr);
+    });
+  };
+  add("response_format", both, {{"response_format", {{"type", "text"}}}}, A);
+  constrained("response_format", {{"type", "json_object"}});
+  constrained("response_format", Json::parse(R"({"type": "json_schema", "json_schema": {"name": "x", "strict": true,
+      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+                 "additionalProperties": false}}})"));
+  add("response_format", both, {{"response_format", {{"type", "yaml"}}}}, R);
   add("response_format", both,
-      {{"response_format", Json::parse(R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})")}}, R);
+      {{"response_format", Json::parse(R"({"type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "date"}}})")}},
+      R);
+  constrained("guided_json", Json::parse(R"({"type": "array", "items": {"type": "boolean"}, "maxItems": 3})"));
+  add("guided_json", both, {{"guided_json", Json::parse(R"({"$ref": "#/x"})")}}, R);
+  constrained("guided_regex", "[a-z]{1,8}");
+  add("guided_regex", both, {{"guided_regex", "(?=x)a"}}, R);
+  constrained("guided_choice", Json::array({"yes", "no"}));
+  add("guided_choice", both, {{"guided_choice", Json::array()}}, R);
+  constrained("structured_outputs", {{"choice", Json::array({"a", "b"})}});
+  constrained("structured_outputs", {{"regex", "x+"}});
+  add("structured_outputs", both, {{"structured_outputs", {{"grammar", "root ::= x"}}}}, R);
+  add("guided_choice", both, {{"guided_choice", Json::array({"a"})}, {"guided_regex", "a"}}, R);
   neutral("suffix", {P}, "", "x");
   neutral("parallel_tool_calls", {C}, true, false);
   neutral("store", {C}, false, true);

@@ -636,4 +636,27 @@ Status RowLogProbs(const float* logits, int64_t rows, int64_t vocab, const int32
   return Status::Ok();
 }
 
+namespace {
+// One thread per (row, token): logits[r][i] = −inf where row r has a mask that clears bit i.
+__global__ void ApplyTokenMaskKernel(float* logits, int64_t vocab, const int32_t* row_mask, const uint32_t* masks,
+                                     int64_t words) {
+  const int64_t r = blockIdx.y;
+  const int32_t m = row_mask[r];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (m < 0 || i >= vocab) return;
+  if (!((masks[m * words + (i >> 5)] >> (i & 31)) & 1u)) logits[r * vocab + i] = -INFINITY;
+}
+}  // namespace
+
+Status ApplyTokenMask(float* logits, int64_t rows, int64_t vocab, const int32_t* row_mask, const uint32_t* masks,
+                      cudaStream_t stream) {
+  if (rows == 0) return Status::Ok();
+  if (rows < 0 || rows > 65535 || vocab < 1 || !logits || !row_mask || !masks)
+    return Status::InvalidArgument("ApplyTokenMask: bad shape or null pointer");
+  const dim3 grid(static_cast<unsigned>((vocab + 255) / 256), static_cast<unsigned>(rows));
+  ApplyTokenMaskKernel<<<grid, 256, 0, stream>>>(logits, vocab, row_mask, masks, (vocab + 31) / 32);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::Ok();
+}
+
 }  // namespace gyre::cuda

@@ -69,6 +69,14 @@ Status SampleRows(const float* logits, int64_t rows, int64_t vocab, const Sample
 Status RowLogProbs(const float* logits, int64_t rows, int64_t vocab, const int32_t* ids, float* out,
                    cudaStream_t stream);
 
+// Structured output: enqueues logits[r][i] ← −inf for every token i that row r's mask does not
+// allow: row_mask[r] (device, [rows]) is -1 (no mask) or m, whose mask is masks[m * W .. m * W + W)
+// (device, W = ceil(vocab / 32) words, bit i % 32 of word i / 32 = token i allowed). Launch it
+// before SampleRows / Argmax / RowLogProbs. No allocation, no synchronisation (graph-capturable).
+// InvalidArgument for bad shapes (rows > 65535) or nulls.
+Status ApplyTokenMask(float* logits, int64_t rows, int64_t vocab, const int32_t* row_mask, const uint32_t* masks,
+                      cudaStream_t stream);
+
 // The largest vocabulary SampleRows supports on the current device (a row must fit in the shared
 // memory of 8 CTAs; 2^19 at most): 400k+ on an H100/H200.
 int64_t SampleMaxVocab();
