@@ -102,7 +102,9 @@ TEST(ParseChat, FieldErrorsNameTheField) {
   EXPECT_EQ(bad(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
   EXPECT_EQ(bad(R"("frequency_penalty": 0.5)"), "frequency_penalty");
   EXPECT_EQ(bad(R"("logit_bias": {"5": 1})"), "logit_bias");
-  EXPECT_EQ(bad(R"("response_format": {"type": "json_object"})"), "response_format");
+  EXPECT_EQ(bad(R"("response_format": {"type": "yaml"})"), "response_format");
+  EXPECT_EQ(bad(R"("guided_choice": "a")"), "guided_choice");
+  EXPECT_EQ(bad(R"("guided_regex": "a", "guided_choice": ["a"])"), "guided_choice");
   EXPECT_EQ(bad(R"("min_tokens": 3)"), "min_tokens");
   EXPECT_EQ(bad(R"("tools": {})"), "tools");
   EXPECT_EQ(bad(R"("chat_template_kwargs": [])"), "chat_template_kwargs");

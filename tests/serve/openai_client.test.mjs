@@ -272,13 +272,14 @@ test('request fields: honoured or refused by name, never ignored (docs/serve.md)
   assert.equal(ok.choices.length, 1);
   // Refusals name the field in `param`, through the client's APIError.
   const refused = [
-    [{ response_format: { type: 'json_object' } }, 'response_format'],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'd', schema: { type: 'string', format: 'date' } } } },
+      'response_format'],
     [{ reasoning_effort: 'low' }, 'reasoning_effort'],
     [{ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' }, 'tool_choice'],
     [{ tools: [{ type: 'function', function: { name: 'f' } }],
        tool_choice: { type: 'function', function: { name: 'g' } } }, 'tool_choice'],
     [{ tools: [{ type: 'function', function: {} }] }, 'tools[0].function.name'],
-    [{ guided_choice: ['a', 'b'] }, 'guided_choice'],
+    [{ guided_choice: [] }, 'guided_choice'],
     [{ frobnicate: 1 }, 'frobnicate'],
     [{ messages: [{ role: 'function', name: 'f', content: 'x' }] }, 'messages[0].role'],
   ];
@@ -298,6 +299,30 @@ test('request fields: honoured or refused by name, never ignored (docs/serve.md)
   for await (const c of await client.completions.create({ ...req, stop: [stop], include_stop_str_in_output: true,
     stream: true })) streamed += c.choices[0].text;
   assert.equal(streamed, upto);
+});
+
+test('structured output: response_format json_schema (strict) parses and validates, streamed too', async () => {
+  const schema = {
+    type: 'object',
+    properties: { name: { type: 'string', maxLength: 8 }, ok: { type: 'boolean' }, n: { enum: [1, 2, 3] } },
+    required: ['name', 'ok', 'n'], additionalProperties: false,
+  };
+  const response_format = { type: 'json_schema', json_schema: { name: 'thing', strict: true, schema } };
+  for (const temperature of [0, 1]) {
+    const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 64, temperature, seed: 5,
+      response_format });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const v = JSON.parse(r.choices[0].message.content);
+    assert.deepEqual(Object.keys(v).sort(), ['n', 'name', 'ok']);
+    assert.ok([...v.name].length <= 8 && typeof v.ok === 'boolean' && [1, 2, 3].includes(v.n));
+  }
+  let text = '';
+  for await (const c of await client.chat.completions.create({ model: MODEL, messages, max_tokens: 64, seed: 9,
+    response_format, stream: true })) text += c.choices[0]?.delta?.content ?? '';
+  assert.equal(typeof JSON.parse(text).ok, 'boolean');
+  const choice = await client.completions.create({ model: MODEL, prompt: 'Pick:', max_tokens: 8,
+    guided_choice: ['left', 'right'] });
+  assert.ok(['left', 'right'].includes(choice.choices[0].text));
 });
 
 test('404 unknown model and route, 405 wrong method, 413 body too large', async () => {
