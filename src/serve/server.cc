@@ -215,11 +215,10 @@ void Server::TraceRequest(const std::string& body, std::shared_ptr<HttpExchange>
   }
 }
 
-void Server::Generate(Endpoint endpoint, std::string body, std::shared_ptr<HttpExchange> ex,
-                      Clock::time_point arrival, std::shared_ptr<RequestRecord> record) {
-  OffHttpThread(ex, [this, endpoint, body = std::move(body), ex, arrival, record] {
-    auto prepared = endpoint == Endpoint::kResponses ? serving_->PrepareResponses(body)
-                                                     : serving_->Prepare(endpoint == Endpoint::kChat, body);
+void Server::Generate(Api api, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+                      std::shared_ptr<RequestRecord> record) {
+  OffHttpThread(ex, [this, api, body = std::move(body), ex, arrival, record] {
+    auto prepared = api == Api::kResponses ? serving_->PrepareResponses(body) : serving_->Prepare(api == Api::kChat, body);
     ex->Post([this, prepared = std::move(prepared), ex, arrival, record]() mutable {
       if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
       serving_->Submit(std::move(*prepared), ex, arrival, record);
@@ -326,15 +325,15 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       return;
     }
     if (path == "/v1/chat/completions") {
-      if (allow("POST")) Generate(Endpoint::kChat, std::move(req.body), ex, arrival, record);
+      if (allow("POST")) Generate(Api::kChat, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path == "/v1/completions") {
-      if (allow("POST")) Generate(Endpoint::kCompletions, std::move(req.body), ex, arrival, record);
+      if (allow("POST")) Generate(Api::kCompletions, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path == "/v1/responses") {
-      if (allow("POST")) Generate(Endpoint::kResponses, std::move(req.body), ex, arrival, record);
+      if (allow("POST")) Generate(Api::kResponses, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path.rfind("/v1/responses/", 0) == 0) {

@@ -43,7 +43,6 @@
 #include "serve/cors.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
-#include "serve/openai_fields.h"
 #include "serve/openai_serving.h"
 #include "serve/trace_window.h"
 #include "serve/work_pool.h"
@@ -107,7 +106,8 @@ class Server {
   // full; skips `work` when the client left while it waited.
   void OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void()> work);
   // Prepares a generation request on the pool, then submits it on the exchange's strand.
-  void Generate(Endpoint endpoint, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+  enum class Api { kChat, kCompletions, kResponses };  // the generation routes
+  void Generate(Api api, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
                 std::shared_ptr<RequestRecord> record);
   // /tokenize (`tokenize`) or /detokenize, answered from the pool.
   void Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex);
