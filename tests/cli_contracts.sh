@@ -209,6 +209,10 @@ expect_fail "serve: malformed --allowed-origins" 2 "not a JSON list" -- "$GYRE" 
 # --max-model-len beyond config.json's max_position_embeddings (1048576) is refused before listening.
 expect_fail "serve: --max-model-len beyond max_position_embeddings" 2 "max_position_embeddings (1048576" -- \
   "$GYRE" serve "$FX/glm5_tiny" --port 0 --max-model-len 2000000
+# A --max-num-seqs whose KDA state slots cannot fit in memory is a usage error, not an abort.
+expect_fail "serve: --max-num-seqs beyond memory" 2 "at most" -- "$GYRE" serve "$FX/glm5_tiny" --port 0 --max-num-seqs 100000000000
+# gate --repeats must be positive (0 used to fall back to the file's count in silence).
+expect_fail "gate: --repeats 0 refused" 2 "repeats" -- "$GYRE" gate bench/gates/cpu_engine.json --repeats 0
 
 # serve_start NAME ARGS...: `gyre serve --port 0 ARGS` in the background (SERVE_PID), its port in
 # SERVE_PORT once it prints the listening line. Extra environment goes before the call (env ...).

@@ -37,6 +37,7 @@ int RunBenchServe(BenchArgs& a) {
     return 2;
   }
   a.o.poisson = a.arrival == "poisson";
+  a.o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   auto report = serve::RunLoad(a.o);
   if (!report.ok()) {
     std::fprintf(stderr, "gyre bench serve: error: %s\n", report.error().ToString().c_str());

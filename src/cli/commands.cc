@@ -292,6 +292,9 @@ int Main(int argc, char** argv) {
   CLI::App app{"gyre: inference engine for GLM-5.3-Flash-class hybrid models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("gyre ") + kGyreVersion);
+  // --help shows every option's default (the value its variable holds when the option is made);
+  // subcommands made below inherit this.
+  app.option_defaults()->always_capture_default();
 
   GenerateArgs g;
   auto* gen = app.add_subcommand("generate", "generate text from a prompt");

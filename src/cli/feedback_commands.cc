@@ -250,7 +250,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   gate->add_option("file", ga->file, "gate JSON (bench/gates/*.json)")->required();
   gate->add_option("--model", ga->model, "model folder (default: tests/fixtures/glm5_tiny)");
   gate->add_option("--config", ga->config, "config.json: random weights instead of a folder");
-  gate->add_option("--repeats", ga->repeats, "override the file's repeats");
+  gate->add_option("--repeats", ga->repeats, "override the file's repeats (>= 1)")->check(CLI::PositiveNumber);
   gate->add_option("--seed", ga->seed, "scenario order and bootstrap seed");
   gate->add_flag("--json", ga->json);
   gate->callback([ga, runner] {
@@ -587,7 +587,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   bmod->add_option("--batches", bm->batches, "decode batch sizes, e.g. 1,4,16");
   bmod->add_option("--context", bm->context, "decode context tokens");
   bmod->add_option("--steps", bm->steps, "decode steps per run");
-  bmod->add_option("--repeats", bm->repeats);
+  bmod->add_option("--repeats", bm->repeats)->check(CLI::PositiveNumber);
   bmod->add_option("--seed", bm->seed);
   bmod->add_option("--trace", bm->trace,
                    "cpu: Chrome traces PREFIX.prefill.json / PREFIX.decode.json of the last repeat; cuda: PREFIX.json "

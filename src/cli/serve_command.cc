@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <pthread.h>
+#include <unistd.h>
 #include <sstream>
 #include <tuple>
 
@@ -283,6 +284,18 @@ int RunServe(ServeArgs a) {
     return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
 #endif
   } else {
+    // The CPU runner allocates every KDA state slot up front: refuse a count that cannot fit in
+    // this machine's memory instead of dying on the allocation (std::bad_alloc, or the OOM killer).
+    const int64_t slot_bytes = Summarize(config).kda_state_bytes_per_sequence;
+    const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    if (slot_bytes > 0 && ram > 0 && a.max_num_seqs > ram / slot_bytes / 2) {
+      std::fprintf(stderr,
+                   "gyre serve: --max-num-seqs %lld: each sequence's KDA state takes %lld bytes, so at most %lld fit "
+                   "in half of this machine's %lld MiB of memory\n",
+                   static_cast<long long>(a.max_num_seqs), static_cast<long long>(slot_bytes),
+                   static_cast<long long>(ram / slot_bytes / 2), static_cast<long long>(ram >> 20));
+      return 2;
+    }
     engine = Engine::Create(*model, eo);
   }
   if (!engine.ok()) return Fail(engine.error());

@@ -317,8 +317,49 @@ Result<RunResult> LoadRunResult(const std::string& path) {
   return r;
 }
 
+namespace {
+
+bool RunSpecificKey(const std::string& key) {
+  static const char* const kSkip[] = {"date", "time", "timestamp", "commit", "git", "load_avg", "executable",
+                                      "wall_s", "schedule"};
+  const std::string k = Lower(key);
+  return std::any_of(std::begin(kSkip), std::end(kSkip), [&](const char* s) { return k == s; });
+}
+
+std::string Short(const json& v) {
+  if (v.is_null()) return "(absent)";
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+void Differ(const json& a, const json& b, const std::string& prefix, int depth, std::vector<std::string>& out) {
+  if (a.is_object() && b.is_object() && depth < 8) {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : a.items()) keys.push_back(k);
+    for (const auto& [k, v] : b.items()) {
+      if (!a.contains(k)) keys.push_back(k);
+    }
+    for (const std::string& k : keys) {
+      if (RunSpecificKey(k)) continue;
+      Differ(a.value(k, json()), b.value(k, json()), prefix.empty() ? k : prefix + "." + k, depth + 1, out);
+    }
+    return;
+  }
+  if (a != b) out.push_back(prefix + ": " + Short(a) + " vs " + Short(b));
+}
+
+}  // namespace
+
+std::vector<std::string> SettingsThatDiffer(const json& meta_a, const json& meta_b) {
+  std::vector<std::string> out;
+  if (!meta_a.is_object() || !meta_b.is_object()) return out;  // nothing to compare
+  Differ(meta_a, meta_b, "", 0, out);
+  return out;
+}
+
 CompareReport CompareRuns(const RunResult& a, const RunResult& b, const CompareOptions& options) {
   CompareReport report;
+  report.settings_differ = SettingsThatDiffer(a.meta, b.meta);
   report.label_a = a.format;
   report.label_b = b.format;
   report.options = options;
@@ -349,7 +390,12 @@ std::string CompareReport::Human() const {
   std::ostringstream os;
   os << "A: " << label_a << "\nB: " << label_b << "\n";
   os << "threshold " << Format(options.threshold_pct) << "%, alpha " << Format(options.alpha)
-     << "; a/b are medians over samples\n\n";
+     << "; a/b are medians over samples\n";
+  if (!settings_differ.empty()) {
+    os << "warning: the runs used different settings, so this may not compare like with like:\n";
+    for (const std::string& d : settings_differ) os << "  " << d << "\n";
+  }
+  os << "\n";
   char line[512];
   std::snprintf(line, sizeof(line), "%-*s %12s %12s %9s %17s %8s  %s\n", static_cast<int>(width),
                 "metric", "a", "b", "change", "change 95% CI", "p", "verdict");
@@ -413,7 +459,8 @@ json CompareReport::Json() const {
             {"changed", Count(Verdict::kChanged)}}},
           {"only_in_a", only_in_a},
           {"only_in_b", only_in_b},
-          {"notes", notes}};
+          {"notes", notes},
+          {"settings_differ", settings_differ}};
 }
 
 int RunCompareCli(const std::string& a, const std::string& b, bool json_out, double threshold_pct,
@@ -437,6 +484,10 @@ int RunCompareCli(const std::string& a, const std::string& b, bool json_out, dou
   CompareReport report = CompareRuns(*ra, *rb, options);
   report.label_a = a + " (" + ra->format + ")";
   report.label_b = b + " (" + rb->format + ")";
+  if (!report.settings_differ.empty()) {
+    err << "gyre compare: warning: A and B used different settings (" << report.settings_differ.size()
+        << "; listed in the report)\n";
+  }
   if (json_out) {
     out << report.Json().dump(2) << "\n";
   } else {

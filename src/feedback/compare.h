@@ -98,6 +98,9 @@ struct CompareReport {
   std::vector<MetricComparison> metrics;   // sorted by name
   std::vector<std::string> only_in_a, only_in_b;
   std::vector<std::string> notes;          // parse notes from both inputs
+  // Settings the runs' meta disagree on ("config.request_rate: 4 vs 8"), see SettingsThatDiffer:
+  // the comparison may not be like for like. Human() and the CLI warn about them.
+  std::vector<std::string> settings_differ;
   CompareOptions options;
 
   int Count(Verdict v) const;
@@ -107,9 +110,15 @@ struct CompareReport {
   //  "metrics": [{name, a, b, change_pct, change_ci_pct: [lo, hi] | null, p_value | null,
   //               verdict, direction, n_a, n_b, note}],
   //  "summary": {better, worse, unchanged, changed}, "only_in_a": [...], "only_in_b": [...],
-  //  "notes": [...]}. Undefined numbers are null.
+  //  "notes": [...], "settings_differ": [...]}. Undefined numbers are null.
   nlohmann::json Json() const;
 };
+
+// The settings two runs' meta (RunResult::meta) disagree on, one "key: A vs B" each (nested
+// objects flattened with '.', a key missing on one side shown as "(absent)"). Keys that differ
+// from run to run by nature are skipped: dates and times, commits, load averages, the
+// executable's path, wall time and the gate's interleaving schedule.
+std::vector<std::string> SettingsThatDiffer(const nlohmann::json& meta_a, const nlohmann::json& meta_b);
 
 // Compares every metric present in both runs. Never fails.
 CompareReport CompareRuns(const RunResult& a, const RunResult& b,

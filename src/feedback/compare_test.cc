@@ -235,5 +235,36 @@ TEST(CompareTest, CliExitCodesAndOutputs) {
   EXPECT_EQ(RunCompareCli(a, b, false, -1.0, out, e3), 2);
 }
 
+// Runs made with different settings are compared, with a warning naming each difference; what
+// differs from run to run by nature (dates, commits, wall time) is not a setting.
+TEST(Compare, WarnsWhenTheRunsUsedDifferentSettings) {
+  const json ma = {{"tool", "gyre bench serve"}, {"date", "2026-12-01"}, {"commit", "abc"},
+                   {"config", {{"request_rate", 4}, {"input_len", 128}}}, {"machine", {{"cpus", 2}}}};
+  json mb = ma;
+  mb["date"] = "2026-12-02";
+  mb["commit"] = "def";
+  EXPECT_TRUE(SettingsThatDiffer(ma, mb).empty());
+  mb["config"]["request_rate"] = 8;
+  mb["machine"].erase("cpus");
+  mb["extra"] = true;
+  const auto d = SettingsThatDiffer(ma, mb);
+  EXPECT_EQ(d, (std::vector<std::string>{"config.request_rate: 4 vs 8", "machine.cpus: 2 vs (absent)",
+                                         "extra: (absent) vs true"}));
+  EXPECT_TRUE(SettingsThatDiffer(ma, json()).empty());  // a run without meta: nothing to say
+
+  RunResult a, b;
+  a.meta = ma;
+  b.meta = mb;
+  a.metrics["x"] = Metric{{1.0}, Direction::kLowerIsBetter};
+  b.metrics["x"] = Metric{{1.0}, Direction::kLowerIsBetter};
+  const CompareReport r = CompareRuns(a, b);
+  EXPECT_EQ(r.settings_differ, d);
+  EXPECT_NE(r.Human().find("warning: the runs used different settings"), std::string::npos) << r.Human();
+  EXPECT_NE(r.Human().find("config.request_rate: 4 vs 8"), std::string::npos);
+  EXPECT_EQ(r.Json()["settings_differ"].size(), 3u);
+  b.meta = ma;
+  EXPECT_EQ(CompareRuns(a, b).Human().find("warning"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gyre::feedback

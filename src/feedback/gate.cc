@@ -210,6 +210,16 @@ Result<GateReport> RunGate(const json& gate, const ScenarioRunner& runner, const
       }
     }
     if (!warmup) report.schedule.push_back(rounds[round]);
+    if (options.progress) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      char line[256];
+      std::snprintf(line, sizeof line, "gate %s: round %d/%d%s, %.1f s", g.name.c_str(), round + 1,
+                    static_cast<int>(rounds.size()),
+                    warmup ? (" (warmup " + std::to_string(round + 1) + "/" + std::to_string(report.warmup) + ")").c_str()
+                           : "",
+                    s);
+      options.progress(line);
+    }
   }
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   GYRE_RETURN_IF_ERROR(CheckReferences(g, report.samples).WithContext("gate '" + g.name + "'"));
@@ -304,7 +314,11 @@ int RunGateCli(const std::string& gate_path, const ScenarioRunner& runner, const
     err << "gyre gate: " << gate.status().message() << "\n";
     return 2;
   }
-  Result<GateReport> report = RunGate(*gate, runner, options);
+  GateOptions with_progress = options;
+  if (!with_progress.progress) {
+    with_progress.progress = [&err](const std::string& line) { err << line << "\n" << std::flush; };
+  }
+  Result<GateReport> report = RunGate(*gate, runner, with_progress);
   if (!report) {
     err << "gyre gate: " << gate_path << ": " << report.status().ToString() << "\n";
     return 2;

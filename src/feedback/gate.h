@@ -44,6 +44,9 @@ struct GateOptions {
   int repeats = 0;     // > 0 overrides the file's "repeats"
   int warmup = -1;     // >= 0 overrides the file's "warmup"
   uint64_t seed = 1;   // scenario order and bootstrap resampling
+  // Called after each round with a line saying where the run is ("gate NAME: round 3/12
+  // (warmup 1/2), 4.1 s"); empty: nothing. `gyre gate` prints it on stderr.
+  std::function<void(const std::string&)> progress;
 };
 
 enum class GateVerdict { kPass, kFail, kInconclusive };

@@ -294,6 +294,12 @@ TEST(GateTest, CliExitCodes) {
   std::ostringstream out, err;
   EXPECT_EQ(RunGateCli(dir + "/pass.json", engine.Runner(), {}, false, out, err), 0);
   EXPECT_NE(out.str().find("result: PASS"), std::string::npos);
+  // A progress line per round on stderr (the last one says how many rounds there were).
+  const json pass_spec = Gate(kSatisfiable);
+  const int rounds = pass_spec.value("repeats", 5) + pass_spec.value("warmup", 0);
+  EXPECT_NE(err.str().find("round " + std::to_string(rounds) + "/" + std::to_string(rounds) + ","), std::string::npos)
+      << err.str();
+  EXPECT_NE(err.str().find("round 1/"), std::string::npos) << err.str();
   std::ostringstream jout;
   EXPECT_EQ(RunGateCli(dir + "/fail.json", engine.Runner(), {}, true, jout, err), 1);
   EXPECT_EQ(json::parse(jout.str())["summary"]["fail"], 1);

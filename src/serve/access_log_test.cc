@@ -167,5 +167,61 @@ TEST_F(ServerTest, AccessLogRecordsAnAbortedStream) {
   EXPECT_EQ(l["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
 }
 
+// The HTTP layer's own answers (malformed HTTP 400, 413, 431) never reach the handler; they are
+// logged, counted and carry CORS headers all the same.
+TEST_F(ServerTest, HttpLayerErrorsAreLoggedCountedAndCarryCors) {
+  Captured log;
+  ServerOptions so;
+  so.log = log.MakeLog();
+  so.cors.allowed_origins = {"https://app.example"};
+  so.http.max_body_bytes = 100;
+  so.http.max_header_bytes = 1024;
+  Start({}, so);
+  const std::string origin = "Origin: https://app.example\r\n";
+  struct Case {
+    std::string raw;
+    int status;
+    std::string method, path;
+  };
+  const Case cases[] = {
+      {"GET /v1/models HTTP/1.1\r\nHost: t\r\n" + origin + "this is no header\r\n\r\n", 400, "GET", "/v1/models"},
+      {"POST /v1/completions?x=1 HTTP/1.1\r\nHost: t\r\n" + origin + "Content-Length: 1000\r\n\r\n" +
+           std::string(1000, 'x'),
+       413, "POST", "/v1/completions"},
+      {"GET /health HTTP/1.1\r\n" + origin + "X-Big: " + std::string(4000, 'a') + "\r\n\r\n", 431, "GET", "/health"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(c.status);
+    Client client(port_);
+    client.SendRaw(c.raw);
+    const Reply r = client.Read();
+    ASSERT_EQ(r.status, c.status) << r.body;
+    ASSERT_EQ(r.headers.count("access-control-allow-origin"), 1u);
+    EXPECT_EQ(r.headers.at("access-control-allow-origin"), "https://app.example");
+    ASSERT_TRUE(WaitFor([&] { return log.size() == i + 1; }));
+    const Json l = log.at(i);
+    EXPECT_EQ(l["status"], c.status);
+    EXPECT_EQ(l["method"], c.method);
+    EXPECT_EQ(l["path"], c.path);
+    EXPECT_EQ(l["id"].get<std::string>().rfind("req-", 0), 0u);
+    EXPECT_GE(l["latency_ms"].get<double>(), 0);
+  }
+  // Another origin gets no CORS header.
+  Client other(port_);
+  other.SendRaw("GET /health HTTP/1.1\r\nOrigin: https://evil.example\r\nX-Big: " + std::string(4000, 'a') + "\r\n\r\n");
+  const Reply r = other.Read();
+  EXPECT_EQ(r.status, 431);
+  EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u);
+  const std::string metrics = Do("GET", "/metrics").body;
+  for (const char* status : {"400", "413"}) {
+    EXPECT_NE(metrics.find(std::string("gyre_request_rejected_total{model_name=\"tiny\",status=\"") + status + "\"} 1"),
+              std::string::npos)
+        << status << "\n" << metrics;
+  }
+  EXPECT_NE(metrics.find("gyre_request_rejected_total{model_name=\"tiny\",status=\"431\"} 2"), std::string::npos)
+      << metrics;
+}
+
 }  // namespace
 }  // namespace gyre::serve

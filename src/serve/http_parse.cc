@@ -32,6 +32,49 @@ HttpRequest ToHttpRequest(BeastRequest&& req) {
   return hr;
 }
 
+HttpRequest RequestReadSoFar(const RequestParser& parser, std::string_view buffered) {
+  HttpRequest hr;
+  auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+  };
+  if (parser.is_header_done()) {
+    const BeastRequest& req = parser.get();
+    hr.method = std::string(req.method_string());
+    hr.target = std::string(req.target());
+    for (const auto& f : req) hr.headers.emplace_back(lower(std::string(f.name_string())), std::string(f.value()));
+  } else {
+    auto trim = [](std::string_view v) {
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
+      return v;
+    };
+    bool first = true;
+    while (!buffered.empty()) {
+      const size_t eol = buffered.find('\n');
+      std::string_view line = buffered.substr(0, eol);
+      buffered = eol == std::string_view::npos ? std::string_view() : buffered.substr(eol + 1);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (first) {
+        first = false;
+        const size_t sp = line.find(' ');
+        hr.method = std::string(line.substr(0, sp));
+        if (sp != std::string_view::npos) {
+          const std::string_view rest = line.substr(sp + 1);
+          hr.target = std::string(rest.substr(0, rest.find(' ')));
+        }
+        continue;
+      }
+      if (line.empty()) break;  // the end of the header
+      const size_t colon = line.find(':');
+      if (colon == std::string_view::npos || colon == 0) continue;
+      hr.headers.emplace_back(lower(std::string(line.substr(0, colon))), std::string(trim(line.substr(colon + 1))));
+    }
+  }
+  hr.path = hr.target.substr(0, hr.target.find('?'));
+  return hr;
+}
+
 ReadErrorAnswer AnswerReadError(const HttpServerOptions& options, const boost::beast::error_code& ec) {
   if (ec == http::error::body_limit) {
     return {413, "request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"};

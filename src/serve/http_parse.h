@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <boost/beast/http.hpp>
 
@@ -40,5 +41,11 @@ struct ReadErrorAnswer {
   std::string message;
 };
 ReadErrorAnswer AnswerReadError(const HttpServerOptions& options, const boost::beast::error_code& ec);
+
+// What was read of a request whose read failed, for HttpServerOptions::on_read_error: from
+// `parser` when its header is complete (no body), otherwise read leniently from the raw bytes
+// `buffered` (the request line's method and target, then every "name: value" line up to the end
+// of the header or of the bytes; names lower-cased, values trimmed; other lines skipped).
+HttpRequest RequestReadSoFar(const RequestParser& parser, std::string_view buffered);
 
 }  // namespace gyre::serve

@@ -37,6 +37,7 @@
 
 #include "serve/http_parse.h"
 #include "serve/openai_protocol.h"
+#include "serve/responses_protocol.h"
 #include "serve/server.h"
 
 namespace {
@@ -120,6 +121,8 @@ void Consume(const HttpRequest& r) {
     if (auto c = gyre::serve::ParseChatRequest(r.body); !c.ok()) error = c.error();
   } else if (r.path == "/v1/completions") {
     if (auto c = gyre::serve::ParseCompletionRequest(r.body); !c.ok()) error = c.error();
+  } else if (r.path == "/v1/responses") {
+    if (auto c = gyre::serve::ParseResponsesRequest(r.body); !c.ok()) error = c.error();
   }
   if (!error.ok()) (void)gyre::serve::ApiError::FromStatus(error).Body();
 }
@@ -138,7 +141,14 @@ Outcome ReadConnection(const HttpServerOptions& o, std::string_view bytes, size_
     if (ec) {
       const gyre::serve::ReadErrorAnswer a = gyre::serve::AnswerReadError(o, ec);
       if (a.status != 0 && a.status != 400 && a.status != 413 && a.status != 431) __builtin_trap();
-      if (a.status != 0) (void)gyre::serve::OpenAiErrorBody(a.status, a.message);
+      if (a.status != 0) {
+        (void)gyre::serve::OpenAiErrorBody(a.status, a.message);
+        // What the server's on_read_error sees of the request (lenient on the raw bytes).
+        const auto data = buffer.data();
+        const gyre::serve::HttpRequest seen = gyre::serve::RequestReadSoFar(
+            parser, std::string_view(static_cast<const char*>(data.data()), data.size()));
+        if (seen.path.size() > seen.target.size()) __builtin_trap();
+      }
       out.answer = a.status;
       out.partial = ec == http::error::partial_message;
       return out;

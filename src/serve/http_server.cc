@@ -293,7 +293,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   asio::awaitable<bool> ReadRequest(RequestParser& parser, bool* fatal);
-  asio::awaitable<bool> WriteSimple(int status, const std::string& message, unsigned version);
+  asio::awaitable<bool> WriteSimple(int status, const std::string& message, unsigned version,
+                                    const std::vector<std::pair<std::string, std::string>>& headers);
   asio::awaitable<bool> Drive(const std::shared_ptr<Exchange>& ex, unsigned version, bool keep_alive);
   asio::awaitable<void> WaitWake();
   void StartWatch(const std::shared_ptr<Exchange>& ex);
@@ -520,10 +521,12 @@ asio::awaitable<void> Connection::WaitWake() {
   co_await wake_.async_wait(asio::redirect_error(use_awaitable, ec));
 }
 
-asio::awaitable<bool> Connection::WriteSimple(int status, const std::string& message, unsigned version) {
+asio::awaitable<bool> Connection::WriteSimple(int status, const std::string& message, unsigned version,
+                                              const std::vector<std::pair<std::string, std::string>>& headers) {
   http::response<http::string_body> res{static_cast<http::status>(status), version};
   res.set(http::field::server, "gyre");
   res.set(http::field::content_type, "application/json");
+  for (const auto& [k, v] : headers) res.set(k, v);
   res.keep_alive(false);
   res.body() = ErrorBody(status, message);
   res.prepare_payload();
@@ -548,6 +551,7 @@ asio::awaitable<bool> Connection::WriteSimple(int status, const std::string& mes
 asio::awaitable<bool> Connection::ReadRequest(RequestParser& parser, bool* fatal) {
   const auto& o = shared_->opts;
   LimitRequestParser(o, parser);
+  const auto started = std::chrono::steady_clock::now();
   beast::error_code ec;
   // Headers must arrive in time: header_timeout_ms on a new connection, idle_timeout_ms between
   // keep-alive requests.
@@ -564,7 +568,18 @@ asio::awaitable<bool> Connection::ReadRequest(RequestParser& parser, bool* fatal
   *fatal = true;
   const unsigned version = parser.is_header_done() ? parser.get().version() : 11;
   const ReadErrorAnswer answer = AnswerReadError(o, ec);
-  if (answer.status != 0) co_await WriteSimple(answer.status, answer.message, version);
+  if (answer.status != 0) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (o.on_read_error) {
+      const auto data = buffer_.data();
+      const HttpRequest seen =
+          RequestReadSoFar(parser, std::string_view(static_cast<const char*>(data.data()), data.size()));
+      const double elapsed_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+      headers = o.on_read_error(seen, answer.status, elapsed_ms);
+    }
+    co_await WriteSimple(answer.status, answer.message, version, headers);
+  }
   co_return false;
 }
 

@@ -96,6 +96,15 @@ struct HttpServerOptions {
   // Body of the errors the HTTP layer answers itself (400 malformed HTTP, 413, 431, 500 from a
   // throwing handler); JSON. Default: {"error": {"message": ..., "type": ..., ...}}.
   std::function<std::string(int status, const std::string& message)> error_body;
+  // Told of each 400 (malformed HTTP), 413 and 431 the HTTP layer answers itself (such requests
+  // never reach the handler), before the answer is written: `request` is what was read of the
+  // request (method, target, path and headers as far as they could be read, lenient on a
+  // malformed or oversized header; never a body), `elapsed_ms` the time since its read began.
+  // Returns headers to add to the answer (CORS). Runs on the connection's strand; must not block
+  // or throw. Empty: nothing is told and nothing added.
+  std::function<std::vector<std::pair<std::string, std::string>>(const HttpRequest& request, int status,
+                                                                 double elapsed_ms)>
+      on_read_error;
 };
 
 class HttpServer {

@@ -109,11 +109,25 @@ class Runner {
       co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
       while (o_.max_concurrency > 0 && in_flight_ >= o_.max_concurrency) co_await WaitSlot();
       ++in_flight_;
-      asio::co_spawn(ioc_, OneRequest(i), [this](std::exception_ptr) {
+      asio::co_spawn(ioc_, OneRequest(i), [this, i](std::exception_ptr) {
         --in_flight_;
         slot_.cancel();
+        ReportProgress(results_[i].ok);
       });
     }
+  }
+
+  void ReportProgress(bool ok) {
+    ++num_done_;
+    if (!ok) ++num_failed_;
+    const int64_t n = static_cast<int64_t>(prompts_.size());
+    const int64_t step = std::max<int64_t>(1, n / 10);
+    if (!o_.progress || (num_done_ % step != 0 && num_done_ != n)) return;
+    char line[160];
+    std::snprintf(line, sizeof line, "bench serve: %lld/%lld requests done (%lld failed), %.1f s",
+                  static_cast<long long>(num_done_), static_cast<long long>(n), static_cast<long long>(num_failed_),
+                  Since(start_, Clock::now()));
+    o_.progress(line);
   }
 
   Json Body(size_t i) const {
@@ -255,6 +269,7 @@ class Runner {
   std::string model_ = o_.model;
   std::vector<RequestResult> results_;
   int64_t in_flight_ = 0;
+  int64_t num_done_ = 0, num_failed_ = 0;  // finished requests, for progress lines
   Clock::time_point start_;
   double duration_s_ = 0;
 };

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -47,6 +48,10 @@ struct LoadgenOptions {
   uint64_t seed = 0;                          // prompts and arrival times
   double slo_ttft_ms = 0, slo_tpot_ms = 0;    // 0: no SLO on that metric
   double request_timeout_s = 600;
+  // Called on the benchmark's thread each time another tenth of the requests has finished, with a
+  // line such as "bench serve: 40/100 requests done (1 failed), 12.3 s"; empty: nothing.
+  // `gyre bench serve` prints it on stderr.
+  std::function<void(const std::string&)> progress;
 };
 
 struct RequestResult {

@@ -84,9 +84,15 @@ TEST_F(LoadgenServerTest, RunsAgainstTheServer) {
   o.max_concurrency = 4;
   o.input_len = 8;
   o.output_len = 5;
+  std::vector<std::string> progress;
+  o.progress = [&progress](const std::string& line) { progress.push_back(line); };
   auto r = RunLoad(o);
   ASSERT_TRUE(r.ok()) << r.error().ToString();
   ASSERT_EQ(r->requests.size(), 12u);
+  // One progress line per finished request here (12 / 10 rounds down to steps of 1), the last one
+  // for all of them.
+  ASSERT_EQ(progress.size(), 12u);
+  EXPECT_EQ(progress.back().rfind("bench serve: 12/12 requests done (0 failed), ", 0), 0u) << progress.back();
   for (const auto& q : r->requests) {
     EXPECT_TRUE(q.ok) << q.error;
     EXPECT_EQ(q.output_tokens, 5);

@@ -1,5 +1,5 @@
-// The field table (sections: OpenAI's fields, vLLM's sampling extensions, vLLM's other extensions),
-// then BodyFields.
+// The field table (sections: OpenAI's fields, vLLM's sampling extensions, vLLM's other extensions,
+// OpenAI's Responses fields), then BodyFields.
 #include "serve/openai_fields.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@ namespace {
 constexpr uint8_t kC = static_cast<uint8_t>(Endpoint::kChat);
 constexpr uint8_t kP = static_cast<uint8_t>(Endpoint::kCompletions);
 constexpr uint8_t kBoth = kC | kP;
+constexpr uint8_t kR = static_cast<uint8_t>(Endpoint::kResponses);
 constexpr FieldUse kHon = FieldUse::kHonoured, kDef = FieldUse::kDefaultOnly, kUnu = FieldUse::kUnused,
                    kRef = FieldUse::kRefused;
 
@@ -124,6 +125,52 @@ constexpr RequestField kFields[] = {
     {"structured_outputs", kBoth, kHon, "", "one of json, regex, choice, json_object (true)"},
     {"kv_transfer_params", kBoth, kRef, "", "is not supported: gyre serve runs no disaggregated prefill"},
     {"vllm_xargs", kBoth, kRef, "", "is not supported: gyre has no request extensions"},
+    // ---- OpenAI Responses (/v1/responses; parsed in responses_protocol.cc) ----
+    {"model", kR, kHon, "", "must be the served model name (404 otherwise); may be omitted"},
+    {"input", kR, kHon, "",
+     "a string (one user message) or a list of message, function_call, function_call_output and reasoning "
+     "items, rendered by the chat template"},
+    {"instructions", kR, kHon, "", "a system message put before the input; repeated in the response"},
+    {"max_output_tokens", kR, kHon, "", "output length limit (reasoning included); a cut answer is 'incomplete'"},
+    {"temperature", kR, kHon, "", "in [0, 2]; 0 is greedy"},
+    {"top_p", kR, kHon, "", "in (0, 1]"},
+    {"stream", kR, kHon, "", "typed server-sent events, response.created to response.completed"},
+    {"tools", kR, kHon, "",
+     "function tools, given to the chat template (withheld when tool_choice is 'none'); calls in GLM markup come "
+     "back as function_call items"},
+    {"tool_choice", kR, kHon, "",
+     "'auto' (the default with tools) and 'none' are honoured; 'required' and a named function are refused "
+     "(constrained decoding)"},
+    {"reasoning", kR, kHon, "",
+     "{\"effort\": \"none\"} turns the chat template's thinking off; other efforts and summaries are refused"},
+    {"metadata", kR, kHon, "", "repeated in the response (at most 16 keys, string values)"},
+    {"user", kR, kHon, "", "repeated in the response"},
+    {"store", kR, kDef, "[false]",
+     "is not supported (only false): gyre keeps no responses; send the whole conversation in 'input'"},
+    {"previous_response_id", kR, kRef, "",
+     "is not supported: gyre keeps no responses (store is false); send the whole conversation in 'input'"},
+    {"conversation", kR, kRef, "",
+     "is not supported: gyre keeps no conversations; send the whole conversation in 'input'"},
+    {"background", kR, kDef, "[false]", "is not supported (only false): a response is answered in its request"},
+    {"stream_options", kR, kDef, R"([{}, {"include_obfuscation": false}])",
+     "is not supported (only include_obfuscation false): gyre adds no obfuscation"},
+    {"parallel_tool_calls", kR, kDef, "[true]",
+     "is not supported yet (only true): gyre cannot limit the model to one tool call"},
+    {"include", kR, kDef, "[[]]", "is not supported yet (only []): gyre has no extra output data to include"},
+    {"text", kR, kDef, R"([{"format": {"type": "text"}}])",
+     "is not supported yet (only {\"format\": {\"type\": \"text\"}}): json_object and json_schema need "
+     "constrained decoding, and the model has no verbosity control"},
+    {"truncation", kR, kDef, R"(["disabled"])",
+     "is not supported (only 'disabled'): an input longer than the context is refused, never cut"},
+    {"top_logprobs", kR, kDef, "[0]", "is not supported yet (only 0)"},
+    {"service_tier", kR, kDef, R"(["auto", "default"])", "is not supported (only 'auto' or 'default'): gyre has one tier"},
+    {"safety_identifier", kR, kUnu, "string", "recorded nowhere (the access log carries no request fields)"},
+    {"prompt_cache_key", kR, kUnu, "string", "a cache-routing hint; gyre has no prompt cache, so nothing to route"},
+    {"prompt_cache_retention", kR, kUnu, "string", "gyre has no prompt cache, so it retains nothing"},
+    {"prompt_cache_options", kR, kUnu, "object", "gyre has no prompt cache, so it has no breakpoints to place"},
+    {"prompt", kR, kRef, "", "is not supported: gyre has no stored prompt templates (send 'input')"},
+    {"context_management", kR, kRef, "", "is not supported: gyre does not compact contexts"},
+    {"moderation", kR, kRef, "", "is not supported: gyre runs no moderation"},
 };
 
 bool Has(const RequestField& f, Endpoint e) { return (f.endpoints & static_cast<uint8_t>(e)) != 0; }
@@ -149,7 +196,14 @@ bool HasType(const Json& v, std::string_view type) { return type == "string" ? v
 
 }  // namespace
 
-const char* EndpointPath(Endpoint e) { return e == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions"; }
+const char* EndpointPath(Endpoint e) {
+  switch (e) {
+    case Endpoint::kChat: return "/v1/chat/completions";
+    case Endpoint::kCompletions: return "/v1/completions";
+    case Endpoint::kResponses: return "/v1/responses";
+  }
+  return "?";
+}
 
 const char* FieldUseName(FieldUse u) {
   switch (u) {
@@ -176,9 +230,10 @@ Result<BodyFields> BodyFields::Open(const Json& body, Endpoint e) {
   GYRE_CHECK(body.is_object());
   for (const auto& [key, value] : body.items()) {
     if (value.is_null() || FindRequestField(key, e)) continue;
-    const Endpoint other = e == Endpoint::kChat ? Endpoint::kCompletions : Endpoint::kChat;
-    if (FindRequestField(key, other)) {
-      return FieldError(key, std::string("is a field of ") + EndpointPath(other) + ", not of " + EndpointPath(e));
+    for (Endpoint other : {Endpoint::kChat, Endpoint::kCompletions, Endpoint::kResponses}) {
+      if (FindRequestField(key, other)) {
+        return FieldError(key, std::string("is a field of ") + EndpointPath(other) + ", not of " + EndpointPath(e));
+      }
     }
     return FieldError(key, "is not a request field gyre knows (unknown fields are refused, not ignored)");
   }

@@ -1,8 +1,9 @@
 // The request fields of the two generation endpoints and what gyre does with each; the reader the
 // request parsers take fields through.
 //
-// One table lists every field gyre knows: OpenAI's chat/completions and completions fields and
-// vLLM's extensions. Each is honoured (it changes the prompt, the engine's parameters or the
+// One table lists every field gyre knows: OpenAI's chat/completions and completions fields,
+// vLLM's extensions, and OpenAI's Responses fields (/v1/responses, rows of their own: a name
+// there may mean something else than on the other two endpoints). Each is honoured (it changes the prompt, the engine's parameters or the
 // response), accepted only at its default value, accepted as metadata that nothing reads, or
 // refused. A body key that is not in the table for its endpoint is refused too: gyre never
 // accepts a field and ignores it. docs/serve.md holds the same table for users;
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,8 +27,8 @@
 
 namespace gyre::serve {
 
-enum class Endpoint : uint8_t { kChat = 1, kCompletions = 2 };
-const char* EndpointPath(Endpoint e);  // "/v1/chat/completions" or "/v1/completions"
+enum class Endpoint : uint8_t { kChat = 1, kCompletions = 2, kResponses = 4 };
+const char* EndpointPath(Endpoint e);  // "/v1/chat/completions", "/v1/completions" or "/v1/responses"
 
 enum class FieldUse : uint8_t {
   kHonoured,     // changes the prompt, the engine's parameters or the response; some values may be refused
@@ -58,7 +60,7 @@ const RequestField* FindRequestField(std::string_view name, Endpoint e);
 class BodyFields {
  public:
   // `body` must be an object and outlive this reader. InvalidArgument naming the first non-null
-  // key that is not a field of `e` (or that belongs to the other endpoint).
+  // key that is not a field of `e` (saying so when it is a field of another endpoint).
   static Result<BodyFields> Open(const Json& body, Endpoint e);
 
   // The value of `name`, or nullptr when absent or null; marks it read.
@@ -80,5 +82,13 @@ class BodyFields {
   Endpoint endpoint_;
   std::vector<std::string_view> read_;  // names from the table (static storage)
 };
+
+// Readers of one field of `f` (defined in openai_protocol.cc, shared by the request parsers).
+// Absent or null leaves *out unchanged; otherwise InvalidArgument naming `key` unless the value is
+// a boolean / an integer in [lo, hi] (a float with an integral value counts) / a number in
+// [lo, hi] ((lo, hi] when `lo_open`).
+Status ReadBoolField(BodyFields& f, const char* key, bool* out);
+Status ReadIntField(BodyFields& f, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out);
+Status ReadFloatField(BodyFields& f, const char* key, double lo, double hi, bool lo_open, float* out);
 
 }  // namespace gyre::serve

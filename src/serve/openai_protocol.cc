@@ -350,6 +350,14 @@ Status ParseCommon(BodyFields& f, GenerationRequest* g) {
 
 }  // namespace
 
+Status ReadBoolField(BodyFields& f, const char* key, bool* out) { return ReadBool(f, key, out); }
+Status ReadIntField(BodyFields& f, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+  return ReadInt(f, key, lo, hi, out);
+}
+Status ReadFloatField(BodyFields& f, const char* key, double lo, double hi, bool lo_open, float* out) {
+  return ReadFloat(f, key, lo, hi, lo_open, out);
+}
+
 // ---- request parsers --------------------------------------------------------------------------
 
 Result<Json> ParseRequestBody(std::string_view body) {

@@ -1,6 +1,8 @@
-// libFuzzer target: the request bodies of POST /v1/chat/completions and /v1/completions.
+// libFuzzer target: the request bodies of POST /v1/chat/completions, /v1/completions and
+// /v1/responses.
 //
-// Each input is parsed by ParseChatRequest and by ParseCompletionRequest (openai_protocol.h), as
+// Each input is parsed by ParseChatRequest, ParseCompletionRequest (openai_protocol.h) and
+// ParseResponsesRequest (responses_protocol.h: its chat request is held to the chat rules), as
 // the server does with the body of each route. Whatever the bytes, neither may crash, hang,
 // throw or break its contract (trap on violation):
 //   * a refusal is InvalidArgument, and its OpenAI error object (ApiError::FromStatus → 400,
@@ -20,6 +22,7 @@
 #include <string_view>
 
 #include "serve/openai_protocol.h"
+#include "serve/responses_protocol.h"
 
 namespace {
 
@@ -97,6 +100,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckCompletion(*completion);
   } else {
     CheckRefusal(completion.error());
+  }
+  if (auto responses = gyre::serve::ParseResponsesRequest(body); responses.ok()) {
+    CheckChat(responses->chat);
+    if (!responses->echo.is_object()) __builtin_trap();
+  } else {
+    CheckRefusal(responses.error());
   }
   return 0;
 }

@@ -8,6 +8,8 @@
 
 #include "model/config.h"
 #include "serve/openai_output.h"
+#include "serve/responses_output.h"
+#include "serve/responses_protocol.h"
 #include "serve/tokenization.h"
 #include "structured/regex.h"
 
@@ -50,6 +52,8 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     std::string echo;  // sent before the generated text
     ChatParseOptions parse;  // chat: what the answer is parsed for
     std::shared_ptr<RequestRecord> record;  // may be null
+    // /v1/responses: the answer in the Responses shapes (chat is true); null otherwise.
+    std::shared_ptr<ResponsesOutput> responses;
   };
 
   GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
@@ -64,6 +68,10 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     });
     if (!s_.stream) return;
     ex_->StartStream(200, "text/event-stream", {{"X-Request-Id", s_.meta.id}});
+    if (s_.responses) {
+      ex_->Write(s_.responses->Start());
+      return;
+    }
     if (s_.chat) {
       Write(ChatChunk(s_.meta, Json{{"role", "assistant"}, {"content", ""}}, nullptr, "", s_.include_usage));
     }
@@ -135,6 +143,11 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
   // One chunk per reasoning text, content text and tool call, in order; `logprobs` (may be
   // null) go with the first (a chunk with empty content carries them when nothing else does).
   void SendParsed(ChatOutputParser::Parsed p, Json logprobs) {
+    if (s_.responses) {
+      std::string events = s_.responses->Push(p);
+      if (s_.stream && !events.empty()) ex_->Write(std::move(events));
+      return;
+    }
     std::vector<Json> deltas;
     if (!p.reasoning.empty()) deltas.push_back(Json{{"reasoning_content", std::move(p.reasoning)}});
     for (ToolParseEvent& e : p.events) {
@@ -175,9 +188,18 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     RecordTokens();
     if (s_.chat) SendParsed(parser_.Finish(), nullptr);
     // OpenAI: an answer that ends in tool calls finishes with "tool_calls" (a cut one with "length").
-    const std::string_view finish_reason = !call_ids_.empty() && engine_reason == "stop" ? "tool_calls" : engine_reason;
+    const bool calls = !call_ids_.empty() || (s_.responses && s_.responses->has_calls());
+    const std::string_view finish_reason = calls && engine_reason == "stop" ? "tool_calls" : engine_reason;
     const int64_t completion = out_.num_tokens();
-    if (s_.stream) {
+    if (s_.responses) {
+      std::string events = s_.responses->Finish(finish_reason, s_.prompt_tokens, completion);
+      if (s_.stream) {
+        ex_->Write(std::move(events));
+        ex_->EndStream();
+      } else {
+        RespondJson(*ex_, s_.responses->Response());
+      }
+    } else if (s_.stream) {
       if (s_.chat) {
         Write(ChatChunk(s_.meta, Json::object(), nullptr, finish_reason, s_.include_usage));
         if (s_.include_usage) Write(ChatUsageChunk(s_.meta, s_.prompt_tokens, completion));
@@ -203,7 +225,10 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     ApiError e = ApiError::FromStatus(status);
     if (e.status < 500) e = ApiError::FromStatus(Status::Internal(status.message()));
     e.message = "generation failed: " + e.message;
-    if (s_.stream) {
+    if (s_.responses && s_.stream) {
+      ex_->Write(s_.responses->Fail(e.message));
+      ex_->EndStream();
+    } else if (s_.stream) {
       ex_->Write(SseData(e.ToJson()));
       ex_->Write(std::string(kSseDone));
       ex_->EndStream();
@@ -440,10 +465,12 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     return;
   }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const bool responses = !request.responses.is_null();
+  const char* prompt_field = responses ? "input" : chat ? "messages" : "prompt";
   auto params = BuildParams(chat, g, std::move(prompt));
   if (!params.ok()) {
     ApiError e = ApiError::FromStatus(params.error());
-    if (e.code == "context_length_exceeded") e.param = chat ? "messages" : "prompt";
+    if (e.code == "context_length_exceeded") e.param = prompt_field;
     RespondError(*ex, e);
     return;
   }
@@ -451,7 +478,7 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   s.chat = chat;
   s.stream = g.stream;
   s.include_usage = g.include_usage;
-  const char* prefix = chat ? "chatcmpl-" : "cmpl-";
+  const char* prefix = responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-";
   s.meta = ResponseMeta{g.request_id.empty() ? NewResponseId(prefix) : prefix + g.request_id,
                         static_cast<int64_t>(std::time(nullptr)), cfg_.served_model_name};
   s.prompt_tokens = n_prompt;
@@ -473,17 +500,30 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     s.parse.parse_tool_calls = false;
   }
   if (s.parse.split_reasoning || s.parse.parse_tool_calls) s.output.keep_special = ChatMarkupTokens();
+  if (responses) s.responses = std::make_shared<ResponsesOutput>(s.meta, std::move(request.responses));
   if (record) record->SetId(s.meta.id);
   s.record = std::move(record);
   auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
   auto submitted = cfg_.engine->Submit(std::move(*params), std::make_shared<RunSink>(run, ex));
   if (!submitted.ok()) {
     ApiError e = ApiError::FromStatus(submitted.error());
-    if (e.code == "context_length_exceeded") e.param = chat ? "messages" : "prompt";
+    if (e.code == "context_length_exceeded") e.param = prompt_field;
     RespondError(*ex, e);
     return;
   }
   run->Begin(*submitted);
+}
+
+Result<OpenAiServing::Prepared> OpenAiServing::PrepareResponses(std::string_view body) const {
+  GYRE_ASSIGN_OR_RETURN(ResponsesRequest r, ParseResponsesRequest(body));
+  GYRE_ASSIGN_OR_RETURN(const std::string text, ChatPromptText(r.chat));
+  Prepared p;
+  p.chat = true;
+  GYRE_ASSIGN_OR_RETURN(p.prompt, TextPromptIds(text, r.chat.gen.add_special_tokens, "input"));
+  p.parse = ChatParseOptionsFor(r.chat, text);
+  p.gen = std::move(r.chat.gen);
+  p.responses = std::move(r.echo);
+  return p;
 }
 
 Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_view body) const {

@@ -1,4 +1,5 @@
-// The OpenAI generation endpoints over an Engine: POST /v1/chat/completions and /v1/completions.
+// The OpenAI generation endpoints over an Engine: POST /v1/chat/completions, /v1/completions and
+// /v1/responses (a chat request in other shapes: responses_protocol.h, responses_output.h).
 //
 // One request: Prepare (parse and validate the body, build the prompt: chat renders the chat
 // template, then tokenizes with special tokens parsed; CPU-heavy, run on a worker, see
@@ -72,10 +73,15 @@ class OpenAiServing {
     std::vector<int32_t> prompt;
     std::string echo;  // text the answer starts with (echo): the final assistant message, or the prompt
     ChatParseOptions parse;  // chat: reasoning and tool calls to parse out of the answer
+    // /v1/responses (a chat request answered in the Responses shapes, responses_output.h): the
+    // request fields its Response object repeats (ResponsesRequest::echo). Null otherwise.
+    Json responses;
   };
   // Parses a /v1/chat/completions (`chat`) or /v1/completions body and builds its prompt ids.
   // Errors: InvalidArgument naming the field. Any thread.
   Result<Prepared> Prepare(bool chat, std::string_view body) const;
+  // The same for a /v1/responses body (responses_protocol.h): a chat prompt, `responses` set.
+  Result<Prepared> PrepareResponses(std::string_view body) const;
   // Submits a prepared request; the answer goes to `ex`, now or later. `arrival` is when the
   // request was read (TTFT and end-to-end latency start there). `record` (may be null) gets the
   // response id, and the token counts before the response completes (or once the client is

@@ -97,6 +97,22 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   if (s->deps_.trace.start && s->deps_.trace.stop) s->trace_window_ = std::make_unique<TraceWindow>(s->deps_.trace);
   HttpServerOptions ho = s->opts_.http;
   ho.error_body = OpenAiErrorBody;
+  // The HTTP layer's own 400/413/431 answers: counted, logged and given CORS headers like the
+  // handler's answers (they never reach the handler).
+  ho.on_read_error = [metrics = s->metrics_, log = s->opts_.log, cors = Cors(s->opts_.cors)](
+                         const HttpRequest& req, int status, double elapsed_ms) {
+    metrics->CountRejected(status);
+    if (log && log->AccessEnabled()) {
+      AccessEntry e;
+      e.id = NewResponseId("req-");
+      e.method = req.method;
+      e.path = req.path;
+      e.status = status;
+      e.latency_ms = elapsed_ms;
+      log->Access(e);
+    }
+    return cors.ResponseHeaders(req.Header("origin"));
+  };
   Server* raw = s.get();
   GYRE_ASSIGN_OR_RETURN(s->http_, HttpServer::Create(ho, [raw](HttpRequest req, std::shared_ptr<HttpExchange> ex) {
                           raw->Handle(std::move(req), std::move(ex));
@@ -199,10 +215,10 @@ void Server::TraceRequest(const std::string& body, std::shared_ptr<HttpExchange>
   }
 }
 
-void Server::Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+void Server::Generate(Api api, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
                       std::shared_ptr<RequestRecord> record) {
-  OffHttpThread(ex, [this, chat, body = std::move(body), ex, arrival, record] {
-    auto prepared = serving_->Prepare(chat, body);
+  OffHttpThread(ex, [this, api, body = std::move(body), ex, arrival, record] {
+    auto prepared = api == Api::kResponses ? serving_->PrepareResponses(body) : serving_->Prepare(api == Api::kChat, body);
     ex->Post([this, prepared = std::move(prepared), ex, arrival, record]() mutable {
       if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
       serving_->Submit(std::move(*prepared), ex, arrival, record);
@@ -309,11 +325,22 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       return;
     }
     if (path == "/v1/chat/completions") {
-      if (allow("POST")) Generate(/*chat=*/true, std::move(req.body), ex, arrival, record);
+      if (allow("POST")) Generate(Api::kChat, std::move(req.body), ex, arrival, record);
       return;
     }
     if (path == "/v1/completions") {
-      if (allow("POST")) Generate(/*chat=*/false, std::move(req.body), ex, arrival, record);
+      if (allow("POST")) Generate(Api::kCompletions, std::move(req.body), ex, arrival, record);
+      return;
+    }
+    if (path == "/v1/responses") {
+      if (allow("POST")) Generate(Api::kResponses, std::move(req.body), ex, arrival, record);
+      return;
+    }
+    if (path.rfind("/v1/responses/", 0) == 0) {
+      // OpenAI's retrieve / delete / input_items: nothing to find, as nothing is kept.
+      RespondError(*ex, MakeError(404, "Response '" + path.substr(14) + "' not found: gyre keeps no responses "
+                                           "(store is not supported; send the conversation in 'input')",
+                                  "not_found"));
       return;
     }
     if (path == "/v1/models") {

@@ -2,6 +2,9 @@
 //
 // Routes (every answer that is not 2xx is an OpenAI error object, see openai_protocol.h):
 //   POST /v1/chat/completions, POST /v1/completions   generation (openai_serving.h)
+//   POST /v1/responses                                the Responses API (responses_protocol.h);
+//                                                     GET /v1/responses/{id} is a 404 (gyre
+//                                                     keeps no responses)
 //   POST /tokenize, POST /detokenize                  vLLM's tokenizer endpoints (tokenization.h)
 //   GET  /v1/models, GET /v1/models/{name}            the served model
 //   GET  /health                                      200 while serving, 503 once stopping
@@ -103,7 +106,8 @@ class Server {
   // full; skips `work` when the client left while it waited.
   void OffHttpThread(std::shared_ptr<HttpExchange> ex, std::function<void()> work);
   // Prepares a generation request on the pool, then submits it on the exchange's strand.
-  void Generate(bool chat, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
+  enum class Api { kChat, kCompletions, kResponses };  // the generation routes
+  void Generate(Api api, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
                 std::shared_ptr<RequestRecord> record);
   // /tokenize (`tokenize`) or /detokenize, answered from the pool.
   void Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex);

@@ -369,3 +369,91 @@ test('429 with Retry-After when the queue is full', async () => {
   // in ~10 CI-like runs with a bare "Connection error" (2026-12-02), not reproduced since.
   assert.ok(!odd, odd && `${odd} (cause: ${odd.cause?.code ?? ''} ${odd.cause?.message ?? ''})`);
 });
+
+test('responses: non-streamed and streamed agree (greedy), usage in tokens', async () => {
+  const req = { model: MODEL, input: 'Write one sentence about the sea.', instructions: 'Be brief.',
+    max_output_tokens: 12, temperature: 0, metadata: { run: 'a' } };
+  const full = await client.responses.create(req);
+  assert.equal(full.object, 'response');
+  assert.ok(full.id.startsWith('resp_'));
+  assert.equal(full.model, MODEL);
+  assert.ok(['completed', 'incomplete'].includes(full.status), full.status);
+  if (full.status === 'incomplete') assert.equal(full.incomplete_details.reason, 'max_output_tokens');
+  assert.deepEqual(full.metadata, { run: 'a' });
+  assert.equal(full.instructions, 'Be brief.');
+  assert.ok(full.usage.input_tokens > 0);
+  assert.ok(full.usage.output_tokens > 0 && full.usage.output_tokens <= 12);
+  assert.equal(full.usage.total_tokens, full.usage.input_tokens + full.usage.output_tokens);
+  // The bundled template opens a think block: the tiny model's words are reasoning and/or text.
+  const kinds = full.output.map((o) => o.type);
+  assert.ok(kinds.length > 0 && kinds.every((k) => k === 'reasoning' || k === 'message'), JSON.stringify(kinds));
+  const reasoningOf = (output) => output.filter((o) => o.type === 'reasoning')
+    .map((o) => o.content.map((c) => c.text).join('')).join('');
+  assert.equal(typeof full.output_text, 'string');  // the client's own convenience over message items
+
+  // The client's stream helper rebuilds the response from the typed events.
+  const stream = client.responses.stream(req);
+  const types = [];
+  let deltas = '';
+  let seq = -1;
+  for await (const ev of stream) {
+    assert.equal(ev.sequence_number, seq + 1);
+    seq = ev.sequence_number;
+    types.push(ev.type);
+    if (ev.type === 'response.output_text.delta') deltas += ev.delta;
+  }
+  const final = await stream.finalResponse();
+  assert.equal(types[0], 'response.created');
+  assert.equal(types[1], 'response.in_progress');
+  assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)), types.at(-1));
+  assert.equal(final.status, full.status);
+  assert.equal(final.output_text, full.output_text);
+  assert.equal(deltas, full.output_text);
+  assert.equal(reasoningOf(final.output), reasoningOf(full.output));
+  assert.deepEqual(final.usage, full.usage);
+
+  // Raw create with stream: true gives the same events.
+  const raw = await client.responses.create({ ...req, stream: true });
+  const rawTypes = [];
+  for await (const ev of raw) rawTypes.push(ev.type);
+  assert.deepEqual(rawTypes, types);
+});
+
+test('responses: a function tool and its output round-trip through input items', async () => {
+  const tools = [{ type: 'function', name: 'get_weather', description: 'Weather for a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }, strict: false }];
+  // The tiny model seldom calls a tool; what matters: the request is accepted and shaped, any call
+  // it makes is a function_call item, and a prior call with its output is accepted as input.
+  const first = await client.responses.create({ model: MODEL, input: 'Weather in Paris?', tools,
+    max_output_tokens: 8, temperature: 0 });
+  assert.deepEqual(first.tools, tools);
+  assert.equal(first.tool_choice, 'auto');
+  for (const o of first.output) {
+    assert.ok(['reasoning', 'message', 'function_call'].includes(o.type), o.type);
+    if (o.type === 'function_call') JSON.parse(o.arguments);
+  }
+  const input = [
+    { role: 'user', content: 'Weather in Paris?' },
+    { type: 'function_call', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+    { type: 'function_call_output', call_id: 'call_1', output: 'sunny' },
+  ];
+  const second = await client.responses.create({ model: MODEL, input, tools, max_output_tokens: 8, temperature: 0 });
+  assert.ok(second.usage.input_tokens > first.usage.input_tokens);
+  // Items of an earlier response are valid input as they are.
+  const third = await client.responses.create({ model: MODEL, tools, max_output_tokens: 4,
+    input: [...input, ...second.output, { role: 'user', content: 'Thanks.' }] });
+  assert.ok(third.usage.input_tokens > second.usage.input_tokens);
+  // Refused by name: stored state, strict tools, required tool choice.
+  const refused = [
+    [{ previous_response_id: first.id }, 'previous_response_id'],
+    [{ store: true }, 'store'],
+    [{ tools: [{ ...tools[0], strict: true }] }, 'tools[0].strict'],
+    [{ tools, tool_choice: 'required' }, 'tool_choice'],
+    [{ text: { format: { type: 'json_object' } } }, 'text'],
+  ];
+  for (const [extra, param] of refused) {
+    const e = await expectApiError(400, () => client.responses.create({ model: MODEL, input: 'x', ...extra }));
+    assert.equal(e.param, param, `${JSON.stringify(extra)}: ${e.message}`);
+  }
+  await expectApiError(404, () => client.responses.retrieve(first.id));
+});
