@@ -29,7 +29,8 @@
 //   se the bootstrap standard deviation of log(stat) (on the linear scale when a statistic is
 //   <= 0). A change is detected iff |d / se| > z(1 - alpha' / 2) AND |change| >= threshold_pct,
 //   with alpha' = alpha / (number of headline metrics compared) (Bonferroni: the headline is quiet
-//   on an A/A pair with probability >= 1 - alpha). The CI shown is at level 1 - alpha'.
+//   on an A/A pair with probability >= 1 - alpha; exactly so for the latencies through the rank
+//   test, approximately for the rates). The CI shown is at level 1 - alpha'.
 //
 // Headline: the metrics that decide are TTFT p50/p99, TPOT p50/p99, ITL p50/p99, output
 // throughput and, when both runs used the same SLOs, goodput. The headline is "worse" when any of
