@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "feedback/serve_compare.h"
 #include "feedback/stats.h"
 
 namespace gyre::feedback {
@@ -45,6 +46,18 @@ std::string Format(double v, const char* fmt = "%.6g") {
 
 json OptionalNumber(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? json(*v) : json(nullptr);
+}
+
+Result<json> LoadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": cannot open file");
+  json j;
+  try {
+    in >> j;
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(path + ": not valid JSON: " + e.what());
+  }
+  return j;
 }
 
 // ---- Google Benchmark -------------------------------------------------------------------------
@@ -304,14 +317,7 @@ Result<RunResult> ParseRunResult(const json& j) {
 }
 
 Result<RunResult> LoadRunResult(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": cannot open file");
-  json j;
-  try {
-    in >> j;
-  } catch (const json::exception& e) {
-    return Status::InvalidArgument(path + ": not valid JSON: " + e.what());
-  }
+  GYRE_ASSIGN_OR_RETURN(const json j, LoadJson(path));
   Result<RunResult> r = ParseRunResult(j);
   if (!r) return r.status().WithContext(path);
   return r;
@@ -469,6 +475,26 @@ int RunCompareCli(const std::string& a, const std::string& b, bool json_out, dou
     err << "gyre compare: --threshold must be a non-negative number of percent\n";
     return 2;
   }
+  // Two `gyre bench serve` files with per-request records: the serving comparison.
+  std::string serve_note;
+  {
+    Result<json> ja = LoadJson(a), jb = LoadJson(b);
+    if (ja && jb && IsServeBenchJson(*ja) && IsServeBenchJson(*jb)) {
+      Result<ServeRun> sa = ParseServeRun(*ja), sb = ParseServeRun(*jb);
+      if (sa && sb) {
+        ServeCompareOptions so;
+        so.threshold_pct = threshold_pct;
+        ServeCompareReport report = CompareServeRuns(*sa, *sb, so);
+        report.label_a = a;
+        report.label_b = b;
+        out << (json_out ? report.Json().dump(2) + "\n" : report.Human());
+        return 0;
+      }
+      serve_note = "per-request comparison not possible (" +
+                   (sa ? "B: " + sb.status().message() : "A: " + sa.status().message()) +
+                   "); generic comparison of the summary numbers, which has no noise model";
+    }
+  }
   Result<RunResult> ra = LoadRunResult(a);
   if (!ra) {
     err << "gyre compare: cannot read A: " << ra.status().message() << "\n";
@@ -488,6 +514,7 @@ int RunCompareCli(const std::string& a, const std::string& b, bool json_out, dou
     err << "gyre compare: warning: A and B used different settings (" << report.settings_differ.size()
         << "; listed in the report)\n";
   }
+  if (!serve_note.empty()) report.notes.insert(report.notes.begin(), serve_note);
   if (json_out) {
     out << report.Json().dump(2) << "\n";
   } else {

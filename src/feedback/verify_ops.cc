@@ -5,6 +5,11 @@
 
 namespace gyre::feedback {
 
+double OpCheckRow::Margin() const {
+  if (tolerance > 0) return rel_l2 / tolerance;
+  return rel_l2 == 0 ? 0.0 : INFINITY;
+}
+
 int VerifyOpsReport::num_failed() const {
   int n = 0;
   for (const auto& r : rows) n += !r.pass;
@@ -21,8 +26,9 @@ std::string VerifyOpsReport::Human() const {
     if (!r.error.empty()) {
       std::snprintf(buf, sizeof buf, "  FAIL %-16s %-34s %s\n", r.op.c_str(), r.shape.c_str(), r.error.c_str());
     } else {
-      std::snprintf(buf, sizeof buf, "  %s %-16s %-34s rel-L2 %.2e (tol %.0e) max-abs %.2e worst@%lld%s%s\n",
-                    r.pass ? "ok  " : "FAIL", r.op.c_str(), r.shape.c_str(), r.rel_l2, r.tolerance, r.max_abs,
+      std::snprintf(buf, sizeof buf, "  %s %-16s %-34s rel-L2 %.2e (tol %.2g, margin %.3f) max-abs %.2e worst@%lld%s%s\n",
+                    r.pass ? "ok  " : "FAIL", r.op.c_str(), r.shape.c_str(), r.rel_l2, r.tolerance, r.Margin(),
+                    r.max_abs,
                     static_cast<long long>(r.worst_index),
                     r.num_unwritten ? (" UNWRITTEN " + std::to_string(r.num_unwritten)).c_str() : "",
                     r.note.empty() ? "" : ("  [" + r.note + "]").c_str());
@@ -45,6 +51,7 @@ nlohmann::json VerifyOpsReport::Json() const {
                            {"tolerance_class", r.tolerance_class},
                            {"tolerance", r.tolerance},
                            {"rel_l2", std::isfinite(r.rel_l2) ? nlohmann::json(r.rel_l2) : nlohmann::json("inf")},
+                           {"margin", std::isfinite(r.Margin()) ? nlohmann::json(r.Margin()) : nlohmann::json("inf")},
                            {"max_abs", std::isfinite(r.max_abs) ? nlohmann::json(r.max_abs) : nlohmann::json("inf")},
                            {"worst_index", r.worst_index},
                            {"num_outputs", r.num_outputs},
@@ -65,7 +72,9 @@ VerifyOpsReport VerifyOps(const std::vector<ops::OpSpec>& list, const std::strin
   for (const auto& op : all) {
     if (!only.empty() && op.name != only) continue;
     for (const auto& shape : op.shapes) {
-      OpCheckRow row{op.name, shape.label, ops::BackendName(backend), op.tolerance_class, op.tolerance};
+      const double tolerance = shape.tolerance > 0 ? shape.tolerance : op.tolerance;
+      OpCheckRow row{op.name, shape.label, ops::BackendName(backend),
+                     op.tolerance_class + (shape.tolerance > 0 ? " (calibrated)" : ""), tolerance};
       auto r = op.check(shape, seed + 1000003 * (++k), backend);
       if (!r.ok()) {
         row.error = r.status().ToString();
@@ -76,7 +85,7 @@ VerifyOpsReport VerifyOps(const std::vector<ops::OpSpec>& list, const std::strin
         row.num_outputs = r->num_outputs;
         row.num_unwritten = r->num_unwritten;
         row.note = r->note;
-        row.pass = r->num_unwritten == 0 && std::isfinite(row.rel_l2) && row.rel_l2 <= op.tolerance;
+        row.pass = r->num_unwritten == 0 && std::isfinite(row.rel_l2) && row.rel_l2 <= tolerance;
       }
       rep.rows.push_back(row);
     }

@@ -20,6 +20,9 @@ struct OpCheckRow {
   bool pass = false;
   std::string error;  // set when the check could not run (e.g. backend not built)
   std::string note;
+  // rel_l2 / tolerance: how much of the tolerance the error used (> 1 fails). For an exact op
+  // (tolerance 0): 0 when exact, +inf otherwise.
+  double Margin() const;
 };
 
 struct VerifyOpsReport {

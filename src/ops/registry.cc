@@ -2,6 +2,7 @@
 // CPU backend, reference, cost); specs (the registry table).
 #include "ops/registry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -68,7 +69,9 @@ std::string Label(const std::map<std::string, int64_t>& dims) {
   return ss.str();
 }
 
-OpShape S(std::map<std::string, int64_t> dims) { return OpShape{Label(dims), std::move(dims)}; }
+OpShape S(std::map<std::string, int64_t> dims, double tolerance = 0) {
+  return OpShape{Label(dims), std::move(dims), tolerance};
+}
 
 // CUDA path (GYRE_CUDA builds): an op struct that has `static Status CudaRun(Inputs&,
 // std::vector<float>* out)` runs on the GPU for Backend::kCuda (src/ops/cuda/ops_cuda.h: device
@@ -538,7 +541,14 @@ struct IndexerOp {
   static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
     Rng r(seed);
     const int64_t t = dm.at("T"), m = dm.at("M"), heads = 4, d = 16, p = t / m, s = dm.at("S");
-    return {r.Normal(s * heads * d), r.Normal(s * heads), r.Normal(p * d), s, t, p, heads, d, m, dm.at("TOPK")};
+    Inputs in{r.Normal(s * heads * d), r.Normal(s * heads), r.Normal(p * d), s, t, p, heads, d, m, dm.at("TOPK")};
+    // TIES=1: pool p gets the key of pool p mod 3, so the scores fall into three classes of
+    // bit-identical values and the tie rule (equal scores: lower pool first) decides which pools
+    // of a class are chosen: the rule is exercised on every run, not by chance.
+    if (dm.count("TIES") && dm.at("TIES") != 0) {
+      for (int64_t i = 3; i < p; ++i) std::copy_n(in.pk.begin() + (i % 3) * d, d, in.pk.begin() + i * d);
+    }
+    return in;
   }
   static std::vector<float> Membership(const std::vector<std::vector<int32_t>>& rows, int64_t t) {
     std::vector<float> mem(rows.size() * t, 0.0f);
@@ -591,6 +601,15 @@ struct RouteOp {
     const int64_t n = d.at("N"), e = d.at("E"), k = d.at("K"), g = d.at("G");
     Inputs in{r.Normal(n * e, 2.0f), r.Normal(e, 0.05f), n, e, k, g, g > 1 ? g / 2 : 1};
     if (d.at("HOT") != 0) in.bias[0] = 10.0f;  // one expert hit by every token
+    // TIES=1: logits from {0, 0.5, 1, 1.5} and no bias, so many experts (and groups) have equal
+    // scores and the tie rule (equal: lower index first) picks them. Non-negative levels keep the
+    // group sums of distinct pairs apart (>= 0.0139), unlike σ(x) + σ(-x) = 1, which rounding
+    // could split differently in fp32 and fp64.
+    if (d.count("TIES") && d.at("TIES") != 0) {
+      std::uniform_int_distribution<int> level(0, 3);
+      for (float& x : in.logits) x = 0.5f * static_cast<float>(level(r.g));
+      std::fill(in.bias.begin(), in.bias.end(), 0.0f);
+    }
     return in;
   }
   static void Cpu(Inputs& in, std::vector<float>* out) {
@@ -670,9 +689,12 @@ struct MoeExpertsOp : NoNote {
 
 std::vector<OpSpec> BuildRegistry() {
   std::vector<OpSpec> r;
+  // Shapes with a second argument carry a calibrated bound (OpShape::tolerance): 4x the worst
+  // CPU error over 400 seeds; a bf16-rounded reduction must exceed it (verify_ops_test.cc).
   r.push_back(MakeSpec<LinearOp>("linear", "fp32-reassociation", 1e-5,
-                                 {S({{"N", 1}, {"IN", 64}, {"OUT", 96}}), S({{"N", 37}, {"IN", 129}, {"OUT", 65}}),
-                                  S({{"N", 128}, {"IN", 256}, {"OUT", 512}})}));
+                                 {S({{"N", 1}, {"IN", 64}, {"OUT", 96}}, 4.4e-7),
+                                  S({{"N", 37}, {"IN", 129}, {"OUT", 65}}, 8.0e-7),
+                                  S({{"N", 128}, {"IN", 256}, {"OUT", 512}}, 1.1e-6)}));
   r.push_back(MakeSpec<RmsNormOp>("rmsnorm", "fp32-reassociation", 1e-5,
                                   {S({{"N", 1}, {"D", 64}}), S({{"N", 3}, {"D", 37}}), S({{"N", 33}, {"D", 4096}})}));
   r.push_back(MakeSpec<SwiGluOp>("swiglu", "fp32-reassociation", 1e-5,
@@ -685,7 +707,10 @@ std::vector<OpSpec> BuildRegistry() {
                                 S({{"T", 3}, {"H", 3}, {"K", 7}, {"SOFTPLUS", 1}})}));
   const std::vector<OpShape> kda_shapes = {S({{"T", 1}, {"H", 2}, {"K", 16}}), S({{"T", 63}, {"H", 2}, {"K", 16}}),
                                            S({{"T", 65}, {"H", 2}, {"K", 16}}), S({{"T", 200}, {"H", 3}, {"K", 32}})};
-  r.push_back(MakeSpec<KdaOp<true>>("kda.chunk", "fp32-iterative", 1e-4, kda_shapes));
+  r.push_back(MakeSpec<KdaOp<true>>("kda.chunk", "fp32-iterative", 1e-4,
+                                    {S({{"T", 1}, {"H", 2}, {"K", 16}}, 5.4e-7), S({{"T", 63}, {"H", 2}, {"K", 16}}, 1.8e-5),
+                                     S({{"T", 65}, {"H", 2}, {"K", 16}}, 1.24e-5),
+                                     S({{"T", 200}, {"H", 3}, {"K", 32}}, 2.6e-6)}));
   r.push_back(MakeSpec<KdaOp<false>>("kda.recurrent", "fp32-iterative", 1e-4, kda_shapes));
   r.push_back(MakeSpec<GatedNormOp>("kda.gated_norm", "fp32-reassociation", 1e-5,
                                     {S({{"T", 3}, {"H", 4}, {"K", 16}}), S({{"T", 3}, {"H", 3}, {"K", 17}}),
@@ -695,20 +720,24 @@ std::vector<OpSpec> BuildRegistry() {
   r.push_back(MakeSpec<HcPostOp>("hc.post", "fp32-reassociation", 1e-5,
                                  {S({{"T", 1}, {"D", 32}}), S({{"T", 2}, {"D", 37}}), S({{"T", 9}, {"D", 256}})}));
   r.push_back(MakeSpec<MlaOp>("mla.attention", "fp32-reassociation", 1e-5,
-                              {S({{"S", 1}, {"T", 1}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 0}}),
-                               S({{"S", 5}, {"T", 40}, {"H", 3}, {"ROPE", 8}, {"SPARSE", 0}}),
-                               S({{"S", 7}, {"T", 90}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 1}})}));
+                              {S({{"S", 1}, {"T", 1}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 0}}, 7.2e-7),
+                               S({{"S", 5}, {"T", 40}, {"H", 3}, {"ROPE", 8}, {"SPARSE", 0}}, 1.6e-6),
+                               S({{"S", 7}, {"T", 90}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 1}}, 1.66e-6)}));
   r.push_back(MakeSpec<PoolKeyOp>("dsa.pool_key", "fp32-reassociation", 1e-5,
                                   {S({{"M", 4}, {"D", 16}}), S({{"M", 16}, {"D", 128}})}));
+  // TIES=1 shapes construct exact ties, so the discrete tie rules are checked on every run.
   r.push_back(MakeSpec<IndexerOp>("dsa.select", "exact", 0.0,
-                                  {S({{"S", 1}, {"T", 1}, {"M", 4}, {"TOPK", 8}}),
-                                   S({{"S", 30}, {"T", 30}, {"M", 4}, {"TOPK", 8}}),
-                                   S({{"S", 10}, {"T", 300}, {"M", 16}, {"TOPK", 64}})}));
+                                  {S({{"S", 1}, {"T", 1}, {"M", 4}, {"TOPK", 8}, {"TIES", 0}}),
+                                   S({{"S", 30}, {"T", 30}, {"M", 4}, {"TOPK", 8}, {"TIES", 0}}),
+                                   S({{"S", 20}, {"T", 200}, {"M", 4}, {"TOPK", 16}, {"TIES", 1}}),
+                                   S({{"S", 10}, {"T", 300}, {"M", 16}, {"TOPK", 64}, {"TIES", 0}})}));
   r.push_back(MakeSpec<RouteOp>("moe.route", "exact ids, fp32 weights", 1e-6,
-                                {S({{"N", 1}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 0}}),
-                                 S({{"N", 64}, {"E", 288}, {"K", 8}, {"G", 1}, {"HOT", 0}}),
-                                 S({{"N", 32}, {"E", 64}, {"K", 6}, {"G", 8}, {"HOT", 0}}),
-                                 S({{"N", 32}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 1}})}));
+                                {S({{"N", 1}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 0}, {"TIES", 0}}),
+                                 S({{"N", 64}, {"E", 288}, {"K", 8}, {"G", 1}, {"HOT", 0}, {"TIES", 0}}),
+                                 S({{"N", 32}, {"E", 64}, {"K", 6}, {"G", 8}, {"HOT", 0}, {"TIES", 0}}),
+                                 S({{"N", 32}, {"E", 64}, {"K", 6}, {"G", 8}, {"HOT", 0}, {"TIES", 1}}),
+                                 S({{"N", 32}, {"E", 32}, {"K", 8}, {"G", 1}, {"HOT", 0}, {"TIES", 1}}),
+                                 S({{"N", 32}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 1}, {"TIES", 0}})}));
   r.push_back(MakeSpec<MoeExpertsOp>("moe.experts", "fp32-reassociation", 1e-5,
                                      {S({{"T", 1}, {"E", 8}, {"K", 2}, {"D", 64}, {"I", 32}}),
                                       S({{"T", 5}, {"E", 8}, {"K", 2}, {"D", 64}, {"I", 32}}),

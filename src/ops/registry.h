@@ -25,6 +25,9 @@ const char* BackendName(Backend b);
 struct OpShape {
   std::string label;                     // "T=65 H=2 K=16"
   std::map<std::string, int64_t> dims;   // named sizes
+  // Calibrated rel-L2 bound for this shape: 4x the worst error of the fp32 CPU backend over 400
+  // seeds (bench/results/verify_ops_calibration_cpu_2026-12-03.json). 0: the op's class bound.
+  double tolerance = 0;
 };
 
 struct Cost {

@@ -418,6 +418,7 @@ Json ReportJson(const LoadgenOptions& o, const LoadReport& r) {
                  {"max_concurrency", o.max_concurrency},
                  {"input_len", o.input_len},
                  {"output_len", o.output_len},
+                 {"token_id_range", o.token_id_range},
                  {"prompts_file", o.prompts_file},
                  {"seed", o.seed},
                  {"slo_ttft_ms", o.slo_ttft_ms},
@@ -434,7 +435,19 @@ Json ReportJson(const LoadgenOptions& o, const LoadReport& r) {
   // Per-request samples (successful requests, in send order), for distribution comparisons.
   Json samples = {{"ttft_ms", Json::array()}, {"tpot_ms", Json::array()}, {"e2e_ms", Json::array()}};
   Json errors = Json::array();
+  Json requests = Json::array();
   for (const auto& q : r.requests) {
+    Json rec = {{"ok", q.ok}, {"start_ms", q.start_s * 1e3}};
+    if (q.ok) {
+      Json itl = Json::array();
+      for (double g : q.itl_s) itl.push_back(g * 1e3);
+      rec.update({{"ttft_ms", q.ttft_s * 1e3},
+                  {"e2e_ms", q.e2e_s * 1e3},
+                  {"itl_ms", std::move(itl)},
+                  {"prompt_tokens", q.prompt_tokens},
+                  {"output_tokens", q.output_tokens}});
+    }
+    requests.push_back(std::move(rec));
     if (!q.ok) {
       if (errors.size() < 10) errors.push_back(q.error);
       continue;
@@ -451,6 +464,7 @@ Json ReportJson(const LoadgenOptions& o, const LoadReport& r) {
               {"metrics", metrics},
               {"directions", directions},
               {"samples", samples},
+              {"requests", requests},
               {"errors", errors}};
 }
 

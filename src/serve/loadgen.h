@@ -84,7 +84,10 @@ double Percentile(std::vector<double> values, double p);
 
 // gyre result JSON (the shape `gyre compare` reads): {"meta": {"tool", "date", "machine",
 // "commit", "config"}, "metrics": {flat map}, "directions": {"name": "lower"|"higher"},
-// "samples": {"ttft_ms"|"tpot_ms"|"e2e_ms": [per request]}, "errors": [first 10 messages]}.
+// "samples": {"ttft_ms"|"tpot_ms"|"e2e_ms": [per request]}, "requests": [one record per request
+// sent, in send order: {"ok", "start_ms", and when ok "ttft_ms", "e2e_ms", "itl_ms": [gaps],
+// "prompt_tokens", "output_tokens"}], "errors": [first 10 messages]}. `gyre compare` of two such
+// files judges serving on the records (feedback/serve_compare.h).
 Json ReportJson(const LoadgenOptions& options, const LoadReport& report);
 // The human-readable summary table.
 std::string ReportText(const LoadReport& report);

@@ -115,6 +115,17 @@ TEST_F(LoadgenServerTest, RunsAgainstTheServer) {
   EXPECT_EQ(j["directions"]["ttft_ms_p99"], "lower");
   EXPECT_EQ(j["directions"]["output_throughput"], "higher");
   EXPECT_EQ(j["samples"]["ttft_ms"].size(), 12u);
+  // One record per request, with what `gyre compare` needs to bootstrap it.
+  ASSERT_EQ(j["requests"].size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    const Json& q = j["requests"][i];
+    EXPECT_TRUE(q["ok"].get<bool>());
+    EXPECT_DOUBLE_EQ(q["ttft_ms"].get<double>(), r->requests[i].ttft_s * 1e3);
+    EXPECT_DOUBLE_EQ(q["start_ms"].get<double>(), r->requests[i].start_s * 1e3);
+    EXPECT_EQ(q["itl_ms"].size(), r->requests[i].itl_s.size());
+    EXPECT_EQ(q["output_tokens"], 5);
+  }
+  EXPECT_EQ(j["meta"]["config"]["token_id_range"], 1000);
   EXPECT_NE(ReportText(*r).find("Successful requests:"), std::string::npos);
 }
 
