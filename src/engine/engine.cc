@@ -679,10 +679,13 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
   if (o.enable_prefix_caching) {
     if (!paged) return Status::InvalidArgument("prefix caching needs a paged attention cache; this model has none");
     if (cap.bytes_per_slot > 0) {
-      num_checkpoints = o.prefix_cache_checkpoint_bytes / cap.bytes_per_slot;
+      const int64_t budget = o.prefix_cache_checkpoint_bytes > 0
+                                 ? o.prefix_cache_checkpoint_bytes
+                                 : std::max<int64_t>(int64_t(256) << 20, 4 * cap.bytes_per_slot);
+      num_checkpoints = budget / cap.bytes_per_slot;
       if (num_checkpoints < 1)
         return Status::InvalidArgument("the prefix-cache checkpoint budget (" +
-                                       std::to_string(o.prefix_cache_checkpoint_bytes) +
+                                       std::to_string(budget) +
                                        " B) holds no KDA state checkpoint of " + std::to_string(cap.bytes_per_slot) +
                                        " B");
       GYRE_RETURN_IF_ERROR(runner.ReserveCheckpoints(num_checkpoints));

@@ -80,8 +80,8 @@ struct EngineOptions {
   bool enable_prefix_caching = false;
   // Budget of the KDA checkpoints (runner memory apart from pages and slots; each holds one
   // slot's state, RunnerCapacity::bytes_per_slot). Must hold at least one when the model has KDA
-  // layers.
-  int64_t prefix_cache_checkpoint_bytes = 256 << 20;
+  // layers. 0: automatic, max(256 MiB, 4 checkpoints).
+  int64_t prefix_cache_checkpoint_bytes = 0;
   // Checkpoint policy during prefill: at the end of the known tokens aligned down to a block, and
   // every this many blocks (0: only at the end). During decode: at each block boundary, keeping
   // the latest one per request (so a finished turn leaves its end, aligned down).
