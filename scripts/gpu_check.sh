@@ -193,7 +193,7 @@ fi
 if has_step engine; then
   if [[ -x "$PACK/test_engine" ]]; then
     echo "== test_engine on the CUDA runner"
-    timeout 300 "$PACK/test_engine" --gtest_filter='*cuda*' --gtest_output="json:$OUT/gpu_engine_tests.json" \
+    timeout 600 "$PACK/test_engine" --gtest_filter='*cuda*' --gtest_output="json:$OUT/gpu_engine_tests.json" \
       > "$OUT/gpu_engine_tests.log" 2>&1 || status=1
     grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_engine_tests.log" | head -20
   else

@@ -200,7 +200,9 @@ fi
 v=$("$GYRE" --version) && [[ "$v" == gyre\ * ]] && pass "--version" || fail "--version: '$v'"
 expect_fail "serve -tp 2 refused" 2 "one device" -- "$GYRE" serve -tp 2
 expect_fail "serve --kv-cache-dtype fp8 refused" 2 "only 'auto'" -- "$GYRE" serve --kv-cache-dtype fp8
-expect_fail "serve --enable-prefix-caching refused" 2 "not built yet" -- "$GYRE" serve --enable-prefix-caching
+expect_fail "serve: --prefix-cache-checkpoint-bytes not a size" 2 "not a byte size" -- "$GYRE" serve --prefix-cache-checkpoint-bytes lots
+expect_fail "serve: checkpoint budget without prefix caching" 2 "needs prefix caching" -- "$GYRE" serve --no-enable-prefix-caching --prefix-cache-checkpoint-bytes 1G
+expect_fail "serve: checkpoint budget below one KDA state" 1 "holds no KDA state checkpoint" -- "$GYRE" serve "$FX/glm5_tiny" --port 0 --prefix-cache-checkpoint-bytes 1
 expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm5_tiny" --model "$FX/kimi_tiny"
 expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
 expect_fail "serve: --log-level verbose refused" 2 "debug, info, warning, error" -- "$GYRE" serve --log-level verbose

@@ -70,7 +70,9 @@ struct ServeArgs {
   std::string model_positional;
   int tensor_parallel_size = 1;
   std::string kv_cache_dtype = "auto";
-  bool enable_prefix_caching = false;
+  bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
+  std::string prefix_cache_checkpoint_bytes = "auto";
+  int64_t prefix_cache_checkpoint_interval = EngineOptions{}.prefix_cache_checkpoint_interval_blocks;
   bool disable_log_requests = false;
   std::string log_level = "info", log_format = "text";
   // HTTP hardening knobs (serve::ServerOptions / HttpServerOptions).
@@ -131,9 +133,6 @@ Status CheckVllmFlags(const ServeArgs& a) {
     return Status::InvalidArgument("--kv-cache-dtype " + a.kv_cache_dtype +
                                    ": only 'auto' (the backend's cache dtype) is supported; quantized KV caches "
                                    "are not built yet");
-  if (a.enable_prefix_caching)
-    return Status::InvalidArgument("--enable-prefix-caching: prefix caching is not built yet; every request "
-                                   "prefills its whole prompt");
   if (!a.model_positional.empty() && a.model_explicit && a.model_positional != a.model)
     return Status::InvalidArgument("the model is given twice: '" + a.model_positional + "' and --model '" +
                                    a.model + "'");
@@ -175,6 +174,20 @@ int RunServe(ServeArgs a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  int64_t checkpoint_bytes = 0;  // 0: auto
+  if (a.prefix_cache_checkpoint_bytes != "auto") {
+    const auto b = ParseByteSize(a.prefix_cache_checkpoint_bytes);
+    if (!b || *b <= 0) {
+      std::fprintf(stderr, "gyre serve: --prefix-cache-checkpoint-bytes '%s' is not a byte size (e.g. 64M, 1G) or auto\n",
+                   a.prefix_cache_checkpoint_bytes.c_str());
+      return 2;
+    }
+    if (!a.enable_prefix_caching) {
+      std::fprintf(stderr, "gyre serve: --prefix-cache-checkpoint-bytes needs prefix caching (drop --no-enable-prefix-caching)\n");
+      return 2;
+    }
+    checkpoint_bytes = *b;
+  }
   const auto kv_bytes = ParseByteSize(a.kv_memory);
   if (!kv_bytes || *kv_bytes <= 0) {
     std::fprintf(stderr, "gyre serve: --kv-memory '%s' is not a byte size (e.g. 268435456, 256M, 1G)\n",
@@ -248,6 +261,9 @@ int RunServe(ServeArgs a) {
   eo.max_model_len = *max_model_len;
   eo.max_model_len_cap = config.max_position_embeddings;
   eo.overlap_steps = !a.disable_overlap;
+  eo.enable_prefix_caching = a.enable_prefix_caching;
+  eo.prefix_cache_checkpoint_interval_blocks = a.prefix_cache_checkpoint_interval;
+  eo.prefix_cache_checkpoint_bytes = checkpoint_bytes;
   Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
   std::string backend_line = "cpu";
@@ -460,7 +476,17 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
       ->capture_default_str();
   s->add_option("--kv-cache-dtype", args->kv_cache_dtype, "vLLM's flag: only auto")->capture_default_str();
   s->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching,
-              "vLLM's flag: prefix caching is not built yet, so only --no-enable-prefix-caching (the default) is accepted");
+              "vLLM's flag: reuse cached prompt prefixes (attention pages shared, KDA state restored from checkpoints); "
+              "on by default");
+  s->add_option("--prefix-cache-checkpoint-bytes", args->prefix_cache_checkpoint_bytes,
+                "budget of the KDA state checkpoints of the prefix cache (suffixes K, M, G), or auto: max(256M, 4 "
+                "checkpoints)")
+      ->capture_default_str();
+  s->add_option("--prefix-cache-checkpoint-interval", args->prefix_cache_checkpoint_interval,
+                "during prefill, a KDA checkpoint every N blocks (--kv-page-tokens each) besides the prompt's end; 0: "
+                "only at the end")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   s->add_flag("--disable-log-requests", args->disable_log_requests,
               "vLLM's flag: no access log (one line per request on stderr)");
   s->add_option("--log-level", args->log_level,

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/trace.h"
+#include "engine/prefix_cache.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/memory_pools.h"
 #include "runtime/model.h"
@@ -53,6 +54,15 @@ struct Request {
   std::vector<PageId> pages;    // block table
   bool cancel = false;
   std::vector<uint32_t> mask;   // constrained requests: the allowed tokens of the piece being launched
+  // Prefix caching: the cached blocks this request holds; the checkpoint policy's end (the tokens
+  // known at admission, aligned down to a block); tokens known at admission (prefill work); a
+  // decode checkpoint saved for a block not settled yet (its last token is in flight); the latest
+  // decode checkpoint attached (replaced by the next one); lost: a runner error, publish nothing.
+  PrefixCache::Seq cache;
+  int64_t ckpt_end = 0, num_prefill = 0;
+  CheckpointId pending_ckpt = -1, decode_ckpt = -1;
+  int64_t pending_block = -1, decode_block = -1;
+  bool lost = false;
   // Phase boundaries for Usage (steady clock): Submit, first admission, first and last token.
   // Zero until reached; a preempted request keeps its first admission.
   std::chrono::steady_clock::time_point submitted, first_scheduled, first_token, last_token;
@@ -63,14 +73,19 @@ struct Request {
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(ModelRunner& runner, std::unique_ptr<ModelRunner> owned, const EngineOptions& o, int64_t max_model_len)
+  EngineImpl(ModelRunner& runner, std::unique_ptr<ModelRunner> owned, const EngineOptions& o, int64_t max_model_len,
+             int64_t num_checkpoints)
       : owned_runner_(std::move(owned)),
         runner_(runner),
         cap_(runner.capacity()),
         opts_(o),
         pages_(cap_.num_pages, "KV pages"),
         slots_(std::min(o.max_num_seqs, cap_.num_slots), "KDA state slots"),
-        max_model_len_(max_model_len) {}
+        max_model_len_(max_model_len) {
+    if (o.enable_prefix_caching) {
+      cache_ = std::make_unique<PrefixCache>(&pages_, cap_.page_tokens, num_checkpoints, cap_.bytes_per_slot > 0);
+    }
+  }
 
   ~EngineImpl() override { Stop(); }
 
@@ -220,13 +235,85 @@ class EngineImpl final : public Engine {
 
   // Pages and slot back to the pools (the runner's storage behind them is dead until reused).
   void FreeMemory(Request& r) {
-    pages_.Release(r.pages);
+    if (cache_) {
+      if (!r.lost) SettleCache(r);  // what it computed stays cached
+      if (r.pending_ckpt >= 0) cache_->FreeCheckpoint(r.pending_ckpt);
+      r.pending_ckpt = r.decode_ckpt = -1;
+      for (PageId p : r.pages)
+        if (!cache_->IsCached(p)) pages_.Release(p);
+      cache_->Release(&r.cache);
+    } else {
+      pages_.Release(r.pages);
+    }
     r.pages.clear();
     if (r.slot >= 0) slots_.Release(r.slot);
     r.slot = -1;
     r.num_scheduled = 0;
     r.pending = 0;
     ++r.epoch;  // any result still in flight for this request is dropped
+  }
+
+  // Whether `n` pages are free, evicting unreferenced cached blocks first.
+  bool HaveFreePages(int64_t n) { return cache_ ? cache_->MakeFree(n) : pages_.num_free() >= n; }
+
+  // ---- prefix caching: checkpoint policy and settling ----
+  bool CheckpointAt(const Request& r, int64_t c) const {
+    if (!cache_ || cap_.bytes_per_slot == 0 || c <= 0 || c % cap_.page_tokens != 0) return false;
+    if (c >= r.ckpt_end) return true;  // the end, then each block boundary of the decode
+    const int64_t every = opts_.prefix_cache_checkpoint_interval_blocks * cap_.page_tokens;
+    return every > 0 && c % every == 0;
+  }
+  // The first prefill checkpoint position after `from` (chunks stop there so the state exists).
+  int64_t NextCut(const Request& r, int64_t from) const {
+    if (!cache_ || cap_.bytes_per_slot == 0 || from >= r.ckpt_end) return INT64_MAX;
+    const int64_t every = opts_.prefix_cache_checkpoint_interval_blocks * cap_.page_tokens;
+    const int64_t next = every > 0 ? (from / every + 1) * every : INT64_MAX;
+    return std::min(next, r.ckpt_end);
+  }
+  // Publishes the request's full blocks whose tokens are known and written, and attaches a
+  // pending decode checkpoint once its block is settled.
+  void SettleCache(Request& r) {
+    const int64_t known = std::min<int64_t>(r.num_scheduled, static_cast<int64_t>(r.tokens.size()));
+    cache_->Publish(&r.cache, r.tokens, r.pages, known / cap_.page_tokens);
+    if (r.pending_ckpt >= 0 && r.pending_block < static_cast<int64_t>(r.cache.refs.size())) {
+      AttachDecodeCheckpoint(r, r.pending_block, r.pending_ckpt);
+      r.pending_ckpt = -1;
+    } else if (r.pending_ckpt >= 0 && r.cache.stopped) {
+      cache_->FreeCheckpoint(r.pending_ckpt);
+      r.pending_ckpt = -1;
+    }
+  }
+  void AttachDecodeCheckpoint(Request& r, int64_t block, CheckpointId ck) {
+    const bool decode = (block + 1) * cap_.page_tokens > r.ckpt_end;
+    cache_->Attach(r.cache, block, ck);
+    if (!decode || cache_->CheckpointOf(r.cache, block) != ck) return;
+    if (r.decode_ckpt >= 0) cache_->Drop(r.cache, r.decode_block, r.decode_ckpt);  // keep the latest
+    r.decode_ckpt = ck;
+    r.decode_block = block;
+  }
+  // After a launch that brought `r` to num_scheduled: settle blocks, and save the state if the
+  // policy checkpoints this position. A failed save is a runner error.
+  Status AfterLaunch(Request& r) {
+    SettleCache(r);
+    const int64_t c = r.num_scheduled;
+    if (!CheckpointAt(r, c) || r.cache.stopped) return Status::Ok();
+    const int64_t j = c / cap_.page_tokens - 1;
+    const bool settled = j < static_cast<int64_t>(r.cache.refs.size());
+    if (settled && cache_->CheckpointOf(r.cache, j) >= 0) return Status::Ok();  // there already
+    if (!settled && r.pending_ckpt >= 0) return Status::Ok();  // (one decode block at a time)
+    const CheckpointId ck = cache_->NewCheckpoint();
+    if (ck < 0) return Status::Ok();  // every checkpoint is held: skip this one
+    if (Status s = runner_.SaveState(r.slot, ck); !s.ok()) {
+      cache_->FreeCheckpoint(ck);
+      return s;
+    }
+    if (settled) {
+      AttachDecodeCheckpoint(r, j, ck);
+    } else {
+      r.pending_ckpt = ck;
+      r.pending_block = j;
+    }
+    return Status::Ok();
   }
 
   int64_t PagesFor(int64_t tokens) const {
@@ -299,7 +386,7 @@ class EngineImpl final : public Engine {
       const int64_t known = static_cast<int64_t>(r->tokens.size());
       const bool prev = r->num_scheduled >= known;
       if (prev && r->pending == 0) return false;  // (cannot happen: nothing to run)
-      const int64_t n = prev ? 1 : std::min(known - r->num_scheduled, budget);
+      const int64_t n = prev ? 1 : std::min({known - r->num_scheduled, budget, NextCut(*r, r->num_scheduled) - r->num_scheduled});
       const bool samples = r->num_scheduled + n == known + r->pending;
       if (samples && r->num_generated() + r->pending >= r->params.max_tokens) return false;
       // A constrained request's mask depends on its previous token: never launched ahead of it.
@@ -324,7 +411,7 @@ class EngineImpl final : public Engine {
         continue;
       }
       const int64_t n = static_cast<int64_t>(p.ids.size());
-      if (PagesFor(r->num_scheduled + n) - static_cast<int64_t>(r->pages.size()) > pages_.num_free()) {
+      if (!HaveFreePages(PagesFor(r->num_scheduled + n) - static_cast<int64_t>(r->pages.size()))) {
         PreemptNewest();
         continue;  // retry the same index (the list shrank from the back)
       }
@@ -338,19 +425,39 @@ class EngineImpl final : public Engine {
     while (budget > 0 && !waiting_.empty() && sched.size() < max_pieces) {
       Request* r = waiting_.front().get();
       if (slots_.num_free() == 0) break;
-      const int64_t n = std::min(static_cast<int64_t>(r->tokens.size()), budget);
-      if (PagesFor(n) > pages_.num_free()) break;
+      const int64_t known = static_cast<int64_t>(r->tokens.size());
+      // A prefix-cache hit: the deepest restorable prefix, leaving at least the last token to run.
+      PrefixCache::Match hit;
+      if (cache_) hit = cache_->Acquire(r->tokens, known - 1, &r->cache);
+      r->ckpt_end = known / cap_.page_tokens * cap_.page_tokens;
+      r->num_prefill = known;
+      r->num_scheduled = hit.tokens;
+      const int64_t n = std::min({known - hit.tokens, budget, NextCut(*r, hit.tokens) - hit.tokens});
+      if (!HaveFreePages(PagesFor(hit.tokens + n) - static_cast<int64_t>(hit.pages.size()))) {
+        if (cache_) cache_->Release(&r->cache);
+        r->num_scheduled = 0;
+        break;
+      }
       r->slot = *slots_.AllocateOne();
+      r->pages = hit.pages;
       if (r->first_scheduled == std::chrono::steady_clock::time_point{}) {
         r->first_scheduled = std::chrono::steady_clock::now();
       }
-      r->num_scheduled = 0;
       r->pending = 0;
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
+      if (hit.tokens > 0) {
+        if (Status s = runner_.RestoreState(hit.checkpoint, r->slot, hit.tokens); !s.ok()) {
+          FailRunning({r}, s);
+          continue;
+        }
+        trace::Record({"prefix.hit", "sched", trace::NowNs(), -1, trace::ThreadId(),
+                       trace::Attrs{.request = r->id, .tokens = hit.tokens}});
+      }
+      if (cache_) cache_->CountLookup(known, hit.tokens);
       StepPiece p;
       next_piece(r, &p);  // a fresh request always has a piece (max_tokens >= 1)
-      Grow(*r, n);
+      Grow(*r, hit.tokens + n);
       sched.push_back(r);
       pieces.push_back(p);
       budget -= n;
@@ -380,21 +487,27 @@ class EngineImpl final : public Engine {
       return true;
     }
     InFlight f;
+    Status saved;
     for (size_t i = 0; i < sched.size(); ++i) {
       Request* r = sched[i];
-      r->num_scheduled += static_cast<int64_t>(pieces[i].ids.size());
+      const int64_t n = static_cast<int64_t>(pieces[i].ids.size());
+      prefill_tokens_computed_ += std::max<int64_t>(0, std::min(r->num_scheduled + n, r->num_prefill) - r->num_scheduled);
+      r->num_scheduled += n;
+      if (cache_ && saved.ok()) saved = AfterLaunch(*r);
       if (pieces[i].sample.enabled) ++r->pending;
       f.ids.push_back(r->id);
       f.epochs.push_back(r->epoch);
       f.samples.push_back(pieces[i].sample.enabled);
     }
     inflight_.push_back(std::move(f));
+    if (!saved.ok()) FailRunning(sched, saved);
     return true;
   }
 
   // Ends `reqs` (and every running request marked cancelled) with an error.
   void FailRunning(const std::vector<Request*>& reqs, const Status& s) {
-    for (Request* r : reqs) r->cancel = true;  // states are unknown now: end these requests
+    for (Request* r : reqs) r->cancel = r->lost = true;  // states are unknown now: end these requests
+    if (cache_) cache_->Clear();  // so are the blocks and checkpoints the failed steps wrote
     for (auto it = running_.begin(); it != running_.end();) {
       if ((*it)->cancel) {
         Finish(**it, FinishReason::kError, s);
@@ -451,6 +564,7 @@ class EngineImpl final : public Engine {
         r->first_token = r->last_token;
       }
       ++generation_tokens_total_;
+      if (cache_) SettleCache(*r);
       r->sink->OnToken(ev);
       const auto& p = r->params;
       const bool stop = std::find(p.stop_ids.begin(), p.stop_ids.end(), t.id) != p.stop_ids.end() ||
@@ -494,6 +608,21 @@ class EngineImpl final : public Engine {
     stats_.generation_tokens_total = generation_tokens_total_;
     stats_.requests_finished = requests_finished_;
     stats_.max_model_len = max_model_len_;
+    stats_.prefill_tokens_computed = prefill_tokens_computed_;
+    if (cache_) {
+      const PrefixCacheStats cs = cache_->stats();
+      stats_.prefix_caching = true;
+      stats_.kv_pages_used = pages_.num_used() - cs.evictable_blocks;
+      stats_.prefix_cache_queried_tokens = cs.queried_tokens;
+      stats_.prefix_cache_hit_tokens = cs.hit_tokens;
+      stats_.prefix_cache_blocks = cs.cached_blocks;
+      stats_.prefix_cache_evictable_blocks = cs.evictable_blocks;
+      stats_.prefix_cache_block_evictions = cs.block_evictions;
+      stats_.kda_checkpoints_used = cs.checkpoints_used;
+      stats_.kda_checkpoints_total = cs.checkpoints_total;
+      stats_.kda_checkpoint_bytes = cs.checkpoints_used * cap_.bytes_per_slot;
+      stats_.kda_checkpoint_evictions = cs.checkpoint_evictions;
+    }
   }
 
   // Constant after construction.
@@ -505,6 +634,7 @@ class EngineImpl final : public Engine {
   // Engine thread only: the bookkeeping of both caches.
   IdPool pages_;
   IdPool slots_;
+  std::unique_ptr<PrefixCache> cache_;  // null when prefix caching is off
   std::deque<std::unique_ptr<Request>> running_;
   std::deque<std::unique_ptr<Request>> waiting_;
   std::map<RequestId, FinishReason> finish_reason_;
@@ -517,6 +647,7 @@ class EngineImpl final : public Engine {
     std::vector<uint8_t> samples;
   };
   std::deque<InFlight> inflight_;
+  int64_t prefill_tokens_computed_ = 0;
   int64_t num_preemptions_ = 0, prompt_tokens_total_ = 0, generation_tokens_total_ = 0, requests_finished_ = 0;
   const int64_t max_model_len_;
   std::thread thread_;
@@ -543,6 +674,10 @@ Status ValidateOptions(const EngineOptions& o) {
   if (o.kv_page_tokens < 1) return Status::InvalidArgument("kv_page_tokens must be >= 1");
   if (o.max_num_batched_tokens < 1) return Status::InvalidArgument("max_num_batched_tokens must be >= 1");
   if (o.max_waiting < 1) return Status::InvalidArgument("max_waiting must be >= 1");
+  if (o.prefix_cache_checkpoint_bytes < 0)
+    return Status::InvalidArgument("prefix_cache_checkpoint_bytes must be >= 0");
+  if (o.prefix_cache_checkpoint_interval_blocks < 0)
+    return Status::InvalidArgument("prefix_cache_checkpoint_interval_blocks must be >= 0");
   return Status::Ok();
 }
 
@@ -569,7 +704,23 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
   } else if (o.max_model_len_cap > 0) {
     max_len = std::min(max_len, o.max_model_len_cap);
   }
-  return std::unique_ptr<Engine>(new EngineImpl(runner, std::move(owned), o, max_len));
+  int64_t num_checkpoints = 0;
+  if (o.enable_prefix_caching) {
+    if (!paged) return Status::InvalidArgument("prefix caching needs a paged attention cache; this model has none");
+    if (cap.bytes_per_slot > 0) {
+      const int64_t budget = o.prefix_cache_checkpoint_bytes > 0
+                                 ? o.prefix_cache_checkpoint_bytes
+                                 : std::max<int64_t>(int64_t(256) << 20, 4 * cap.bytes_per_slot);
+      num_checkpoints = budget / cap.bytes_per_slot;
+      if (num_checkpoints < 1)
+        return Status::InvalidArgument("the prefix-cache checkpoint budget (" +
+                                       std::to_string(budget) +
+                                       " B) holds no KDA state checkpoint of " + std::to_string(cap.bytes_per_slot) +
+                                       " B");
+      GYRE_RETURN_IF_ERROR(runner.ReserveCheckpoints(num_checkpoints));
+    }
+  }
+  return std::unique_ptr<Engine>(new EngineImpl(runner, std::move(owned), o, max_len, num_checkpoints));
 }
 }  // namespace
 

@@ -80,6 +80,19 @@ struct EngineOptions {
   // Launch step n+1 before collecting step n (the runner resolves the in-flight token on the
   // device), so scheduling and token emission overlap the model's work. Off: one step at a time.
   bool overlap_steps = true;
+  // Prefix caching (docs/engine.md "Prefix caching"): full blocks of page_tokens tokens are
+  // shared between requests by reference count, and the KDA state is checkpointed at
+  // block-aligned positions so that a hit restores it and prefills only the rest. Needs a paged
+  // attention cache (InvalidArgument otherwise).
+  bool enable_prefix_caching = false;
+  // Budget of the KDA checkpoints (runner memory apart from pages and slots; each holds one
+  // slot's state, RunnerCapacity::bytes_per_slot). Must hold at least one when the model has KDA
+  // layers. 0: automatic, max(256 MiB, 4 checkpoints).
+  int64_t prefix_cache_checkpoint_bytes = 0;
+  // Checkpoint policy during prefill: at the end of the known tokens aligned down to a block, and
+  // every this many blocks (0: only at the end). During decode: at each block boundary, keeping
+  // the latest one per request (so a finished turn leaves its end, aligned down).
+  int64_t prefix_cache_checkpoint_interval_blocks = 16;
 };
 
 // Point-in-time counters for /metrics and `gyre inspect`.
@@ -92,6 +105,15 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t requests_finished = 0;
   int64_t max_model_len = 0;
+  // Prefix caching (zero when off). kv_pages_used above excludes the unreferenced cached blocks,
+  // which the engine evicts when it needs pages: they are prefix_cache_evictable_blocks.
+  bool prefix_caching = false;
+  int64_t prefix_cache_queried_tokens = 0, prefix_cache_hit_tokens = 0;
+  int64_t prefix_cache_blocks = 0, prefix_cache_evictable_blocks = 0, prefix_cache_block_evictions = 0;
+  int64_t kda_checkpoints_used = 0, kda_checkpoints_total = 0, kda_checkpoint_bytes = 0;
+  int64_t kda_checkpoint_evictions = 0;
+  // Prompt (and recomputed) tokens run through the model: prefill work done, hits excluded.
+  int64_t prefill_tokens_computed = 0;
 };
 
 class Engine {

@@ -14,12 +14,10 @@
 #include <thread>
 
 #include "model/random_weights.h"
+#include "engine/test_backends.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
-#ifdef GYRE_CUDA
-#include "runtime/cuda_model.h"
-#endif
 
 namespace gyre {
 namespace {
@@ -77,34 +75,8 @@ std::vector<int32_t> Ids(int64_t n, uint64_t seed) {
 }
 
 // A backend: builds a runner over `model` with `slots` state slots and `pages` pages.
-struct Backend {
-  std::string name;
-  std::function<Result<std::unique_ptr<ModelRunner>>(const Model&, int64_t slots, int64_t page_tokens, int64_t pages)> make;
-};
-
-std::vector<Backend> Backends() {
-  std::vector<Backend> b;
-  b.push_back({"cpu", [](const Model& m, int64_t slots, int64_t pt, int64_t pages) -> Result<std::unique_ptr<ModelRunner>> {
-                 CpuRunnerOptions o;
-                 o.num_slots = slots;
-                 o.page_tokens = pt;
-                 o.num_pages = pages;
-                 GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CpuRunner> r, CpuRunner::Create(m, o));
-                 return std::unique_ptr<ModelRunner>(std::move(r));
-               }});
-#ifdef GYRE_CUDA
-  b.push_back({"cuda", [](const Model& m, int64_t slots, int64_t pt, int64_t pages) -> Result<std::unique_ptr<ModelRunner>> {
-                 CudaModelOptions o;  // fp32 weights: the CPU engine's function
-                 o.max_seqs = slots;
-                 o.max_batch_tokens = 256;
-                 o.page_tokens = pt;
-                 o.kv_tokens = pages * pt;
-                 GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> r, CudaModel::FromHost(m.config(), m.weights(), o));
-                 return std::unique_ptr<ModelRunner>(std::move(r));
-               }});
-#endif
-  return b;
-}
+using testing::Backend;
+using testing::Backends;
 
 class EngineOnRunner : public ::testing::TestWithParam<Backend> {};
 
@@ -266,6 +238,16 @@ class WatchingRunner final : public ModelRunner {
     --outstanding;
     return inner_.Collect(out, logits);
   }
+  Status ReserveCheckpoints(int64_t count) override { return inner_.ReserveCheckpoints(count); }
+  Status SaveState(SlotId slot, CheckpointId ckpt) override {
+    ++saves;
+    return inner_.SaveState(slot, ckpt);
+  }
+  Status RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) override {
+    ++restores;
+    return inner_.RestoreState(ckpt, slot, num_tokens);
+  }
+  int64_t saves = 0, restores = 0;
   int outstanding = 0, max_outstanding = 0;
   int64_t prev_pieces = 0, masked_pieces = 0, masked_prev_pieces = 0;
 

@@ -42,6 +42,33 @@ RunnerCapacity CpuRunner::capacity() const {
   return c;
 }
 
+Status CpuRunner::ReserveCheckpoints(int64_t count) {
+  if (count < 0) return Status::InvalidArgument("a negative number of checkpoints");
+  if (!done_.empty()) return Status::InvalidArgument("cpu runner: checkpoints are reserved with no step outstanding");
+  checkpoints_ = std::make_unique<KdaSlotStore>(model_.config(), count);
+  return Status::Ok();
+}
+
+Status CpuRunner::SaveState(SlotId slot, CheckpointId ckpt) {
+  const int64_t n = checkpoints_ ? checkpoints_->num_slots() : 0;
+  GYRE_RETURN_IF_ERROR(ValidateCheckpointOp(capacity(), n, slot, ckpt, 1));
+  if (ckpt >= 0) checkpoints_->CopySlot(kda_, slot, ckpt);
+  return Status::Ok();
+}
+
+Status CpuRunner::RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) {
+  const int64_t n = checkpoints_ ? checkpoints_->num_slots() : 0;
+  GYRE_RETURN_IF_ERROR(ValidateCheckpointOp(capacity(), n, slot, ckpt, num_tokens));
+  if (ckpt >= 0) {
+    kda_.CopySlot(*checkpoints_, ckpt, slot);
+  } else {
+    kda_.Zero(slot);
+  }
+  slots_[slot]->Restore(num_tokens);
+  last_token_[slot] = kPrevToken;
+  return Status::Ok();
+}
+
 Status CpuRunner::Collect(std::vector<SampledToken>* out, std::vector<float>* logits) {
   if (done_.empty()) return Status::InvalidArgument("cpu runner: no step is outstanding");
   Done d = std::move(done_.front());

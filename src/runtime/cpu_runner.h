@@ -34,6 +34,10 @@ class CpuRunner final : public ModelRunner {
   // The CPU computes in Launch; Collect hands back the results in launch order.
   Status Launch(std::span<const StepPiece> pieces, bool want_logits = false) override;
   Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) override;
+  // Checkpoints live in host memory (a KdaSlotStore of `count` slots); copies happen at once.
+  Status ReserveCheckpoints(int64_t count) override;
+  Status SaveState(SlotId slot, CheckpointId ckpt) override;
+  Status RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) override;
 
   const Model& model() const { return model_; }
 
@@ -43,6 +47,7 @@ class CpuRunner final : public ModelRunner {
   CpuRunnerOptions opts_;
   KvPageStore kv_;
   KdaSlotStore kda_;
+  std::unique_ptr<KdaSlotStore> checkpoints_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
   std::vector<int32_t> last_token_;  // per slot: the most recent sampled token (kPrevToken)
   struct Done {

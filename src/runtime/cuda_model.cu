@@ -394,6 +394,28 @@ struct CudaModel::Impl {
   };
   std::vector<AttnCache> cache;                // per layer (attention layers)
   std::vector<float*> kda_state, kda_conv;     // per layer (KDA layers)
+  // KDA checkpoints (ReserveCheckpoints): per KDA layer [num_ckpts, state] and [num_ckpts, conv
+  // tail], laid out as the slots; copied to and from slots on the step stream.
+  std::vector<DeviceBuffer> ckpt_buffers;
+  std::vector<float*> ckpt_state, ckpt_conv;
+  int64_t num_ckpts = 0;
+  // One slot ↔ checkpoint copy of every KDA layer (to_ckpt: slot → checkpoint), in stream order.
+  Status CopyState(SlotId slot, CheckpointId ckpt, bool to_ckpt) {
+    const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
+    const int64_t st = Hh * K * K, cv = (W - 1) * 3 * P;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (!kda_state[l]) continue;
+      float* s_state = kda_state[l] + slot * st;
+      float* s_conv = kda_conv[l] + slot * cv;
+      float* c_state = ckpt_state[l] + ckpt * st;
+      float* c_conv = ckpt_conv[l] + ckpt * cv;
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to_ckpt ? c_state : s_state, to_ckpt ? s_state : c_state, st * 4,
+                                                cudaMemcpyDeviceToDevice, s()));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to_ckpt ? c_conv : s_conv, to_ckpt ? s_conv : c_conv, cv * 4,
+                                                cudaMemcpyDeviceToDevice, s()));
+    }
+    return Status::Ok();
+  }
   int64_t num_pages = 0;      // page ids 0..num_pages-1 (the engine's bookkeeping)
   int64_t max_seq_tokens = 0;  // block-table width in tokens
 
@@ -1354,6 +1376,54 @@ RunnerCapacity CudaModel::capacity() const {
   r.bytes_per_page = m.num_pages > 0 ? m.stats.kv_bytes / m.num_pages : 0;
   r.bytes_per_slot = m.opts.max_seqs > 0 ? m.stats.state_bytes / m.opts.max_seqs : 0;
   return r;
+}
+
+Status CudaModel::ReserveCheckpoints(int64_t count) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  if (count < 0) return Status::InvalidArgument("cuda model: a negative number of checkpoints");
+  if (!m.outstanding.empty())
+    return Status::InvalidArgument("cuda model: checkpoints are reserved with no step outstanding");
+  GYRE_RETURN_IF_ERROR(m.stream.Synchronize());
+  m.ckpt_buffers.clear();
+  m.ckpt_state.assign(c.num_hidden_layers, nullptr);
+  m.ckpt_conv.assign(c.num_hidden_layers, nullptr);
+  m.num_ckpts = 0;
+  const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
+  for (int64_t l = 0; l < c.num_hidden_layers && count > 0; ++l) {
+    if (!m.kda_state[l]) continue;
+    Result<DeviceBuffer> st = DeviceBuffer::Create(count * Hh * K * K * 4);
+    Result<DeviceBuffer> cv = DeviceBuffer::Create(count * (W - 1) * 3 * P * 4);
+    if (!st.ok() || !cv.ok()) {
+      m.ckpt_buffers.clear();
+      (void)cudaGetLastError();
+      return Status::ResourceExhausted("cuda model: no device memory for " + std::to_string(count) +
+                                       " KDA state checkpoints");
+    }
+    m.ckpt_state[l] = static_cast<float*>(st->get());
+    m.ckpt_conv[l] = static_cast<float*>(cv->get());
+    m.ckpt_buffers.push_back(std::move(*st));
+    m.ckpt_buffers.push_back(std::move(*cv));
+  }
+  m.num_ckpts = count;
+  return Status::Ok();
+}
+
+Status CudaModel::SaveState(SlotId slot, CheckpointId ckpt) {
+  Impl& m = *impl_;
+  GYRE_RETURN_IF_ERROR(ValidateCheckpointOp(capacity(), m.num_ckpts, slot, ckpt, 1));
+  return ckpt >= 0 ? m.CopyState(slot, ckpt, /*to_ckpt=*/true) : Status::Ok();
+}
+
+Status CudaModel::RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) {
+  Impl& m = *impl_;
+  GYRE_RETURN_IF_ERROR(ValidateCheckpointOp(capacity(), m.num_ckpts, slot, ckpt, num_tokens));
+  if (num_tokens > m.max_seq_tokens)
+    return Status::InvalidArgument("cuda model: " + std::to_string(num_tokens) +
+                                   " restored tokens exceed the longest sequence");
+  // The attention rows are in the pages (block tables come with each step); the pooled indexer
+  // keys are kept in those pages too, so only the KDA state moves. ckpt -1 (no KDA layer): nothing.
+  return ckpt >= 0 ? m.CopyState(slot, ckpt, /*to_ckpt=*/false) : Status::Ok();
 }
 
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }

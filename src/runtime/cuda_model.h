@@ -100,6 +100,11 @@ class CudaModel final : public ModelRunner {
   // returns; Collect waits for the step's end event. kPrevToken inputs are resolved on the device.
   Status Launch(std::span<const StepPiece> pieces, bool want_logits = false) override;
   Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) override;
+  // KDA checkpoints in device memory (per KDA layer, laid out as the slots); SaveState and
+  // RestoreState enqueue device-to-device copies on the step stream, ordered with launched steps.
+  Status ReserveCheckpoints(int64_t count) override;
+  Status SaveState(SlotId slot, CheckpointId ckpt) override;
+  Status RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) override;
 
   // Blocks until the GPU is idle (for timing).
   Status Synchronize();

@@ -81,6 +81,11 @@ void KdaSlotStore::Grow(int64_t num_slots) {
   data_.resize(num_slots_ * slot_floats_, 0.0f);
 }
 
+void KdaSlotStore::CopySlot(const KdaSlotStore& from, SlotId src, SlotId dst) {
+  std::copy(from.data_.begin() + src * slot_floats_, from.data_.begin() + (src + 1) * slot_floats_,
+            data_.begin() + dst * slot_floats_);
+}
+
 void KdaSlotStore::Zero(SlotId s) {
   std::fill(data_.begin() + s * slot_floats_, data_.begin() + (s + 1) * slot_floats_, 0.0f);
 }

@@ -99,6 +99,9 @@ class KdaSlotStore {
 
   float* Conv(SlotId s, int64_t layer) { return &data_[s * slot_floats_ + conv_off_[layer]]; }
   float* Recurrent(SlotId s, int64_t layer) { return &data_[s * slot_floats_ + rec_off_[layer]]; }
+  // Slot `dst` ← slot `src` of `from` (a store of the same model; KDA checkpoints are a
+  // KdaSlotStore too). REQUIRES: ids in range.
+  void CopySlot(const KdaSlotStore& from, SlotId src, SlotId dst);
   int64_t num_slots() const { return num_slots_; }
   int64_t bytes_per_slot() const { return slot_floats_ * static_cast<int64_t>(sizeof(float)); }
 

@@ -14,6 +14,19 @@ uint64_t SplitMix64(uint64_t x) {
 }
 }  // namespace
 
+Status ValidateCheckpointOp(const RunnerCapacity& cap, int64_t num_checkpoints, SlotId slot, CheckpointId ckpt,
+                            int64_t num_tokens) {
+  if (slot < 0 || slot >= cap.num_slots)
+    return Status::InvalidArgument("slot " + std::to_string(slot) + " is outside [0, " + std::to_string(cap.num_slots) +
+                                   ")");
+  if (num_tokens < 1) return Status::InvalidArgument("a restored sequence holds at least one token");
+  if (ckpt == -1 && cap.bytes_per_slot == 0) return Status::Ok();
+  if (ckpt < 0 || ckpt >= num_checkpoints)
+    return Status::InvalidArgument("checkpoint " + std::to_string(ckpt) + " is outside [0, " +
+                                   std::to_string(num_checkpoints) + ")");
+  return Status::Ok();
+}
+
 Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap, int64_t vocab) {
   if (pieces.empty()) return Status::InvalidArgument("empty step");
   if (static_cast<int64_t>(pieces.size()) > cap.max_step_pieces)

@@ -30,6 +30,15 @@
 //    samples in step n (unknown on the host) passes ids = {kPrevToken}: the runner takes the
 //    slot's most recent sample (on the device for CUDA). Steps execute in launch order, so ids
 //    freed by the engine after launching step n may be reused in step n+1.
+//  - KDA checkpoints (prefix caching): ReserveCheckpoints sizes a checkpoint store apart from
+//    pages and slots; SaveState copies a slot's KDA state (conv tails and recurrent states of every
+//    KDA layer) into a checkpoint, RestoreState copies one into a slot and makes the slot hold a
+//    sequence of `num_tokens` tokens, whose attention rows are in the pages the next piece names
+//    (that piece has start == num_tokens). Both are ordered like steps: they act after every step
+//    launched before the call and before every step launched after it (the CPU runner copies at
+//    once, a step having completed in Launch; the CUDA model enqueues device-to-device copies on
+//    its step stream), so they compose with overlapped steps. Which checkpoint ids are free is
+//    the engine's.
 // Thread safety: a runner is driven by one thread at a time (the engine thread).
 #pragma once
 
@@ -87,6 +96,8 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;        // top_logprobs alternatives, best first
 };
 
+using CheckpointId = int32_t;
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -104,6 +115,18 @@ class ModelRunner {
   // InvalidArgument when no step is outstanding, Internal on a device error (the step is lost).
   virtual Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) = 0;
 
+  // Storage for `count` KDA checkpoints (ids 0..count-1) of bytes_per_slot each, replacing any
+  // earlier store (its contents are lost). REQUIRES: no step outstanding. ResourceExhausted when
+  // the memory cannot be had, InvalidArgument for a negative count.
+  virtual Status ReserveCheckpoints(int64_t count) = 0;
+  // Checkpoint `ckpt` ← the KDA state of `slot` (ordered as above). InvalidArgument for ids out
+  // of range; Internal (device).
+  virtual Status SaveState(SlotId slot, CheckpointId ckpt) = 0;
+  // `slot` ← checkpoint `ckpt` as a sequence of `num_tokens` (>= 1) tokens; ckpt -1 restores the
+  // zero state (allowed only for a model without KDA layers, whose sequences need none).
+  // InvalidArgument for ids out of range; Internal (device).
+  virtual Status RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) = 0;
+
   // Launch + Collect of one step (no step may be outstanding).
   Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) {
     GYRE_RETURN_IF_ERROR(Launch(pieces, logits != nullptr));
@@ -117,6 +140,11 @@ class ModelRunner {
 // pool, pages in [0, num_pages) covering start + ids; valid sampling parameters.
 // InvalidArgument naming the piece otherwise.
 Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap, int64_t vocab);
+
+// The checks of SaveState / RestoreState: ids in range (`num_checkpoints` reserved), num_tokens
+// >= 1, ckpt -1 only without KDA state. InvalidArgument naming the id otherwise.
+Status ValidateCheckpointOp(const RunnerCapacity& cap, int64_t num_checkpoints, SlotId slot, CheckpointId ckpt,
+                            int64_t num_tokens);
 
 // One draw from `logits` under `p` keyed by (seed, offset) (the CPU definition: ops::Sampler over
 // the support of ops::SamplingSupport); greedy when temperature <= 0.

@@ -27,6 +27,13 @@ void SequenceState::Reset() {
   pages_.clear();
 }
 
+void SequenceState::Restore(int64_t num_tokens_in) {
+  num_tokens = num_tokens_in;
+  for (auto& k : pool_keys) k.clear();
+  std::fill(num_pools.begin(), num_pools.end(), 0);
+  pages_.clear();
+}
+
 int64_t SequenceState::PagesFor(int64_t total_tokens) const {
   return (total_tokens + kv_->page_tokens() - 1) / kv_->page_tokens();
 }

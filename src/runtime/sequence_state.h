@@ -39,6 +39,10 @@ class SequenceState {
 
   // Bound mode: a new sequence in this slot (zero state, no tokens, no pooled keys).
   void Reset();
+  // Bound mode: the slot now holds a sequence of `num_tokens` tokens whose KDA state the caller
+  // has put in the slot and whose rows are in the pages of the next SetPages (a prefix-cache hit).
+  // Pooled indexer keys are recomputed from those pages as the next step needs them.
+  void Restore(int64_t num_tokens);
   // Bound mode: the block table for the next step (page ids of the runner's store).
   void SetPages(std::span<const PageId> pages) { pages_.assign(pages.begin(), pages.end()); }
 

@@ -13,6 +13,11 @@
 //   gyre_num_requests_running, gyre_num_requests_waiting                                gauges
 //   gyre_kv_cache_usage_perc (fraction 0..1 of latent-cache pages in use, as vLLM),
 //   gyre_kv_cache_pages_used/_capacity, gyre_kda_state_slots_used/_capacity            gauges
+//   gyre_prefix_cache_queries_total, gyre_prefix_cache_hits_total (prompt tokens looked up /
+//   restored), gyre_prefix_cache_block_evictions_total, gyre_kda_checkpoint_evictions_total,
+//   gyre_prefill_tokens_computed_total                                                  counters
+//   gyre_prefix_cache_blocks, gyre_prefix_cache_evictable_blocks, gyre_kda_checkpoint_bytes,
+//   gyre_kda_checkpoints_used/_capacity                                                 gauges
 //   process_cpu_seconds_total (counter), process_resident_memory_bytes,
 //   process_virtual_memory_bytes, process_open_fds, process_max_fds,
 //   process_start_time_seconds (gauges)   the standard process metrics, from /proc (no labels)

@@ -41,6 +41,12 @@ TEST(ServeMetrics, ExpositionFormat) {
   st.num_preemptions = 3;
   st.prompt_tokens_total = 100;
   st.generation_tokens_total = 50;
+  st.prefix_cache_queried_tokens = 90;
+  st.prefix_cache_hit_tokens = 64;
+  st.kda_checkpoint_bytes = 4096;
+  st.prefix_cache_block_evictions = 6;
+  st.kda_checkpoint_evictions = 2;
+  st.prefill_tokens_computed = 26;
   const std::string text = m.Render(st);
 
   // Every non-comment line is `name{labels} value`; every metric has HELP and TYPE lines.
@@ -76,6 +82,13 @@ TEST(ServeMetrics, ExpositionFormat) {
   EXPECT_TRUE(has("gyre_kv_cache_usage_perc{" + L + "} 0.5\n"));
   EXPECT_TRUE(has("gyre_kda_state_slots_used{" + L + "} 2\n"));
   EXPECT_TRUE(has("gyre_kda_state_slots_capacity{" + L + "} 4\n"));
+  EXPECT_TRUE(has("# TYPE gyre_prefix_cache_hits_total counter\n"));
+  EXPECT_TRUE(has("gyre_prefix_cache_queries_total{" + L + "} 90\n"));
+  EXPECT_TRUE(has("gyre_prefix_cache_hits_total{" + L + "} 64\n"));
+  EXPECT_TRUE(has("gyre_kda_checkpoint_bytes{" + L + "} 4096\n"));
+  EXPECT_TRUE(has("gyre_prefix_cache_block_evictions_total{" + L + "} 6\n"));
+  EXPECT_TRUE(has("gyre_kda_checkpoint_evictions_total{" + L + "} 2\n"));
+  EXPECT_TRUE(has("gyre_prefill_tokens_computed_total{" + L + "} 26\n"));
 }
 
 TEST(ServeMetrics, EmptyPoolsGiveZeroUsage) {

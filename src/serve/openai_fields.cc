@@ -108,7 +108,7 @@ constexpr RequestField kFields[] = {
      "is not supported (only true): reasoning always comes back, in reasoning_content"},
     {"return_tokens_as_token_ids", kBoth, kDef, "[false]", "is not supported yet (only false)"},
     {"return_token_ids", kBoth, kDef, "[false]", "is not supported yet (only false)"},
-    {"cache_salt", kBoth, kUnu, "string", "gyre has no prefix cache, so there is nothing to salt"},
+    {"cache_salt", kBoth, kUnu, "string", "no effect yet: the prefix cache is shared across requests, not isolated by salt (a hit never changes an output)"},
     {"chat_template", kC, kRef, "", "is not supported: start the server with --chat-template"},
     {"documents", kC, kRef, "",
      "is not supported: the bundled template has no documents; pass them in chat_template_kwargs if yours does"},
