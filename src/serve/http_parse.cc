@@ -44,12 +44,24 @@ HttpRequest RequestReadSoFar(const RequestParser& parser, std::string_view buffe
     hr.target = std::string(req.target());
     for (const auto& f : req) hr.headers.emplace_back(lower(std::string(f.name_string())), std::string(f.value()));
   } else {
+    // Beast's parser consumes what it has parsed from the buffer, so after an error in a header
+    // field the buffer begins after the start line and the fields before the bad one; those are
+    // in parser.get() (the parser stores each field as it reads it).
+    const BeastRequest& partial = parser.get();
+    const bool start_line_parsed = !partial.target().empty() || !partial.method_string().empty();
+    if (start_line_parsed) {
+      hr.method = std::string(partial.method_string());
+      hr.target = std::string(partial.target());
+      for (const auto& f : partial) {
+        hr.headers.emplace_back(lower(std::string(f.name_string())), std::string(f.value()));
+      }
+    }
     auto trim = [](std::string_view v) {
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
       while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
       return v;
     };
-    bool first = true;
+    bool first = !start_line_parsed;
     while (!buffered.empty()) {
       const size_t eol = buffered.find('\n');
       std::string_view line = buffered.substr(0, eol);

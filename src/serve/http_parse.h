@@ -43,9 +43,11 @@ struct ReadErrorAnswer {
 ReadErrorAnswer AnswerReadError(const HttpServerOptions& options, const boost::beast::error_code& ec);
 
 // What was read of a request whose read failed, for HttpServerOptions::on_read_error: from
-// `parser` when its header is complete (no body), otherwise read leniently from the raw bytes
-// `buffered` (the request line's method and target, then every "name: value" line up to the end
-// of the header or of the bytes; names lower-cased, values trimmed; other lines skipped).
+// `parser` when its header is complete (no body); otherwise what the parser stored before it
+// failed (the start line and the fields before the bad one, which it has consumed from the
+// buffer), then read leniently from the raw bytes left in `buffered` (the request line's method
+// and target unless the parser had them, then every "name: value" line up to the end of the
+// header or of the bytes; names lower-cased, values trimmed; other lines skipped).
 HttpRequest RequestReadSoFar(const RequestParser& parser, std::string_view buffered);
 
 }  // namespace gyre::serve
