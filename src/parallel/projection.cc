@@ -124,7 +124,9 @@ StageCost StageStep(const ModelConfig& c, const MemoryPlan& plan, const StageMem
     }
     for (const auto& [op, ms] : cost.names(&OpCosts::moe)) {
       (void)ms;
-      if (op == "moe.experts") r.compute_ms += cost(&OpCosts::moe, op, stage_tokens * ep / G) / ep;
+      // ep > 1: the G GPUs split the stage's tokens and experts; ep = 1: each replica runs all
+      // experts for its own tokens (TP ranks repeat it).
+      if (op == "moe.experts" && o.ep > 1) r.compute_ms += cost(&OpCosts::moe, op, stage_tokens * ep / G) / ep;
       else r.compute_ms += cost(&OpCosts::moe, op, rep_tokens);
     }
     if (o.ep > 1) {  // dispatch + combine of this GPU's share of the tokens, then re-replicate in the TP group

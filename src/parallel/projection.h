@@ -12,8 +12,9 @@
 //     hyper-connections, indexer, cache write, router, shared expert, dense MLP, embedding) runs
 //     replicated at the replica's batch. mla.in_proj's replicated q_a / kv_a part is counted as
 //     split (optimistic by that part).
-//   * Routed experts: every GPU of a stage runs 1/G of the stage's expert work: the measured
-//     one-GPU time at the stage's global batch × ep / G, ÷ ep (uniform routing assumed).
+//   * Routed experts with ep > 1: every GPU of a stage runs 1/G of the stage's expert work: the
+//     measured one-GPU time at the stage's global batch × ep / G, ÷ ep (uniform routing assumed).
+//     With ep = 1 each replica runs all experts for its own tokens (TP ranks repeat that work).
 //   * Decode costs are interpolated piecewise-linearly in the batch between measured batches and
 //     extrapolated linearly past the largest; prefill costs scale linearly in tokens.
 //   * Communication (bf16 payloads, no overlap with compute): TP all-reduce after each attention
