@@ -304,7 +304,7 @@ expect_fail "plan: no --gpus" 2 "gpus" -- "$GYRE" plan --config "$FULL" --gpu-me
 expect_fail "plan: both --config and --model" 2 "exactly one" -- "$GYRE" plan --config "$FULL" --model "$FX/glm5_tiny" --gpus 1 --gpu-memory 1G
 expect_fail "plan: bad --weights" 2 "" -- "$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --weights fp4
 expect_fail "plan: missing config file" 1 "cannot open" -- "$GYRE" plan --config "$TMP/none.json" --gpus 1 --gpu-memory 1G
-"$GYRE" plan --model "$FX/glm5_tiny" --gpus 1 --gpu-memory 8G >/dev/null && pass "plan --model DIR" || fail "plan --model DIR"
+"$GYRE" plan --model "$FX/glm5_tiny" --gpus 1 --gpu-memory 8G --max-model-len 4096 >/dev/null && pass "plan --model DIR" || fail "plan --model DIR"
 
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]
