@@ -273,13 +273,16 @@ Result<Projection> Project(const ModelConfig& c, const MemoryPlan& plan, const B
   const double dp = static_cast<double>(plan.dp), pp = static_cast<double>(plan.options.pp);
   if (!costs.decode.empty()) {
     for (int64_t B : decode_batches) {
-      // B sequences in flight over pp micro-batches; each micro-batch spreads over the dp replicas.
-      const double mb = std::ceil(B / pp), rep = std::ceil(mb / dp);
+      // B sequences in flight as m = min(B, pp) micro-batches, each spread over the dp replicas. A
+      // sequence's next token needs its previous one through every stage, so a cycle lasts the
+      // longer of one pass (latency) and the m micro-batches through the slowest stage.
+      const double m = std::min<double>(static_cast<double>(B), pp);
+      const double mb = std::ceil(B / m), rep = std::ceil(mb / dp);
       ProjectedStep p = Combine(c, plan, costs.decode, rep, mb, link);
       p.phase = "decode";
       p.batch = B;
       p.context = costs.decode.back().context;
-      p.tokens_per_s = mb / p.step_ms * 1e3;
+      p.tokens_per_s = B / std::max(p.latency_ms, m * p.step_ms) * 1e3;
       out.steps.push_back(p);
     }
   }

@@ -22,7 +22,9 @@
 //     ((ep−1)/ep of each GPU's rows leave it), then an all-gather that re-replicates the tokens in
 //     the TP group; PP sends the n hyper-connection streams between stages. Each collective costs
 //     latency_us + bytes / link_gbs.
-//   * PP: micro-batches keep the stages busy: throughput = micro-batch tokens / slowest stage.
+//   * PP: decode keeps m = min(batch, pp) micro-batches in flight; a cycle lasts max(one pass through
+//     all stages, m × the slowest stage) and yields one token per sequence. Prefill streams a
+//     prompt's chunks through the stages: chunk tokens / slowest stage.
 //   * cp > 1 is not projected (the plans define CP for KDA prefill only).
 // Thread safety: pure functions.
 #pragma once

@@ -92,6 +92,24 @@ TEST(Projection, ExpertParallelSharesTheStagesExpertWork) {
   EXPECT_EQ(pr->steps[0].ep_alltoall_bytes, 2 * 128);
 }
 
+TEST(Projection, PipelineDecodeIsBoundByOnePassAtSmallBatches) {
+  auto b = ParseBenchCosts(BenchJson(), 8192);
+  PlanOptions o;
+  o.num_gpus = 2;
+  o.pp = 2;
+  o.gpu_memory_bytes = int64_t(1) << 30;
+  o.max_model_len = 64;
+  auto plan = PlanMemory(Small(), o);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  auto pr = Project(Small(), *plan, *b, kFreeLinks, {1, 2});
+  ASSERT_TRUE(pr.ok()) << pr.error().message();
+  // Stage 0: layers 0-1 (2 × 1.3) + embed 0.05; stage 1: layer 2 (1.3) + DSA+MoE 1.4 + head 0.43.
+  EXPECT_NEAR(pr->steps[0].step_ms, 3.13, 1e-6);
+  EXPECT_NEAR(pr->steps[0].latency_ms, 5.78, 1e-6);
+  EXPECT_NEAR(pr->steps[0].tokens_per_s, 1e3 / 5.78, 1e-6);      // one sequence: one pass per token
+  EXPECT_NEAR(pr->steps[1].tokens_per_s, 2e3 / (2 * 3.13), 1e-6);  // two micro-batches of one
+}
+
 TEST(Projection, RefusesOtherShapesAndContextParallel) {
   auto b = ParseBenchCosts(BenchJson(), 8192);
   auto full = ParseModelConfig(R"({"model_type": "glm5_next"})");
