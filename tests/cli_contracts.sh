@@ -285,5 +285,26 @@ else
   fail "serve --allow-long-max-model-len did not start: $(head -c 300 "$TMP/long_len.err")"; serve_stop
 fi
 
+# plan: the memory planner (docs/planning.md). 0 fits; 1 inconsistent or does not fit; 2 usage.
+FULL=$SRC/configs/glm5_3_flash.json
+"$GYRE" inspect --config "$FULL" | grep -q "313326816766 total" && pass "inspect --config: full model 313,326,816,766 params" \
+  || fail "inspect --config full model"
+"$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 8 --ep 8 --max-num-seqs 64 --max-model-len 32768 --json \
+  | python3 -c 'import json,sys; o=json.load(sys.stdin); s=o["stages"][0]; assert o["fits"] and s["weights"]["routed_experts"]==42*36*25165824*2 and s["dsa_cache_bytes_per_token"]==16896 and o["max_seqs_at_max_model_len"]>=64, o' \
+  && pass "plan --json: 8 GPUs tp8 ep8 fits, exact expert bytes" || fail "plan --json 8xH200"
+"$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 8 --ep 8 | grep -q "longest single request" \
+  && pass "plan text" || fail "plan text"
+"$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 8 --ep 8 --project "$SRC/bench/results/gpu_model_bench_4layer_2026-12-02.json" \
+  | grep -q "NOT measured on several GPUs" && pass "plan --project" || fail "plan --project"
+expect_fail "plan: does not fit, reason given" 1 "refused: weights" -- "$GYRE" plan --config "$FULL" --gpus 1 --gpu-memory 80G
+expect_fail "plan: inconsistent tp" 1 "not a multiple of tp" -- "$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 3
+expect_fail "plan: cache too large for 1M x 256" 1 "sequences of that length fit" -- "$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 8 --ep 8 --max-num-seqs 256 --max-model-len 1048576
+expect_fail "plan: --gpu-memory not a size" 2 "not a byte size" -- "$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory lots
+expect_fail "plan: no --gpus" 2 "gpus" -- "$GYRE" plan --config "$FULL" --gpu-memory 141G
+expect_fail "plan: both --config and --model" 2 "exactly one" -- "$GYRE" plan --config "$FULL" --model "$FX/glm5_tiny" --gpus 1 --gpu-memory 1G
+expect_fail "plan: bad --weights" 2 "" -- "$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --weights fp4
+expect_fail "plan: missing config file" 1 "cannot open" -- "$GYRE" plan --config "$TMP/none.json" --gpus 1 --gpu-memory 1G
+"$GYRE" plan --model "$FX/glm5_tiny" --gpus 1 --gpu-memory 8G --max-model-len 4096 >/dev/null && pass "plan --model DIR" || fail "plan --model DIR"
+
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]

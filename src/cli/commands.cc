@@ -7,7 +7,9 @@
 //       float32 little-endian row-major [T, vocab] logits of one prefill.
 //   gyre tokenize --tokenizer PATH [--decode]
 //       stdin UTF-8 → {"ids": [...]}; with --decode stdin {"ids": [...]} → {"text": "..."}.
-//   gyre inspect --model DIR [--json]
+//   gyre inspect (--model DIR | --config FILE) [--json]
+//       --config: the architecture from a config.json alone (no weights are read or checked).
+//   gyre plan (--config FILE | --model DIR) --gpus N --gpu-memory BYTES [...]; see cli/plan_command.h.
 //   gyre eval --model DIR --text FILE [--ctx N] [--backend cpu|cuda] [--max-tokens N] [--json]
 //       perplexity / bits per byte over ctx windows (+ MTP acceptance); see cli/eval_command.h.
 // Exit codes: 0 success, 1 failure (bad input data, missing files, ...), 2 usage error.
@@ -18,12 +20,14 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <sys/stat.h>
 
 #include "cli/eval_command.h"
 #include "cli/feedback_commands.h"
+#include "cli/plan_command.h"
 #include "cli/serve_command.h"
 #include "core/json_depth.h"
 #include "core/trace.h"
@@ -231,13 +235,36 @@ int RunTokenize(const std::string& path, bool decode) {
   return 0;
 }
 
-int RunInspect(const std::string& dir, bool as_json) {
-  auto cfg = LoadModelConfig(dir);
+// Weight-file facts inspect prints; absent for `inspect --config`.
+struct InspectWeights {
+  int64_t num_params = 0, num_tensors_used = 0, num_tensors_ignored = 0;
+  bool has_mtp = false;
+};
+
+Result<ModelConfig> InspectConfig(const std::string& dir, const std::string& config_file) {
+  if (config_file.empty()) return LoadModelConfig(dir);
+  std::ifstream f(config_file, std::ios::binary);
+  if (!f) return Status::NotFound("cannot open --config " + config_file);
+  auto c = ParseModelConfig(ReadAll(f));
+  if (!c) return c.error().WithContext(config_file);
+  return c;
+}
+
+int RunInspect(const std::string& dir, const std::string& config_file, bool as_json) {
+  if (dir.empty() == config_file.empty()) {
+    std::fprintf(stderr, "gyre inspect: give exactly one of --model DIR or --config FILE\n");
+    return 2;
+  }
+  auto cfg = InspectConfig(dir, config_file);
   if (!cfg) return Fail(cfg.error());
-  auto files = WeightFiles::Open(dir);
-  if (!files) return Fail(files.error());
-  auto weights = BindWeights(*cfg, **files);
-  if (!weights) return Fail(weights.error().WithContext(dir));
+  std::optional<InspectWeights> weights;
+  if (!dir.empty()) {
+    auto files = WeightFiles::Open(dir);
+    if (!files) return Fail(files.error());
+    auto bound = BindWeights(*cfg, **files);
+    if (!bound) return Fail(bound.error().WithContext(dir));
+    weights = InspectWeights{bound->num_params, bound->num_tensors_used, bound->num_tensors_ignored, bound->has_mtp};
+  }
   const ModelConfig& c = *cfg;
   const ModelSummary s = Summarize(c);
   json layers = json::array();
@@ -253,13 +280,15 @@ int RunInspect(const std::string& dir, bool as_json) {
                                   {"dense_mlp", s.num_dense}, {"moe", s.num_moe}}},
               {"params_total", s.params_total},
               {"params_active_per_token", s.params_active},
-              {"params_loaded", weights->num_params},
-              {"tensors_used", weights->num_tensors_used},
-              {"tensors_ignored", weights->num_tensors_ignored},
               {"attn_cache_bytes_per_token", s.attn_cache_bytes_per_token},
               {"kda_state_bytes_per_sequence", s.kda_state_bytes_per_sequence},
-              {"mtp_layers", weights->has_mtp ? 1 : 0},
               {"layers", layers}};
+  if (weights) {
+    out["params_loaded"] = weights->num_params;
+    out["tensors_used"] = weights->num_tensors_used;
+    out["tensors_ignored"] = weights->num_tensors_ignored;
+    out["mtp_layers"] = weights->has_mtp ? 1 : 0;
+  }
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -267,14 +296,19 @@ int RunInspect(const std::string& dir, bool as_json) {
   std::printf("model_type        %s (%lld layers: %lld KDA, %lld DSA, %lld MLA; %lld dense MLP, %lld MoE)\n",
               c.model_type_name.c_str(), (long long)c.num_hidden_layers, (long long)s.num_kda, (long long)s.num_dsa,
               (long long)s.num_mla, (long long)s.num_dense, (long long)s.num_moe);
-  std::printf("parameters        %lld total, %lld active per token (loaded %lld from %lld tensors; %lld ignored)\n",
-              (long long)s.params_total, (long long)s.params_active, (long long)weights->num_params,
-              (long long)weights->num_tensors_used, (long long)weights->num_tensors_ignored);
+  if (weights) {
+    std::printf("parameters        %lld total, %lld active per token (loaded %lld from %lld tensors; %lld ignored)\n",
+                (long long)s.params_total, (long long)s.params_active, (long long)weights->num_params,
+                (long long)weights->num_tensors_used, (long long)weights->num_tensors_ignored);
+  } else {
+    std::printf("parameters        %lld total, %lld active per token (text model, from the config; no weights read)\n",
+                (long long)s.params_total, (long long)s.params_active);
+  }
   std::printf("attention cache   %lld bytes per token (bf16 latent%s)\n", (long long)s.attn_cache_bytes_per_token,
               s.num_dsa ? " + indexer keys" : "");
   std::printf("KDA state         %lld bytes per sequence (conv tail bf16 + fp32 recurrent state)\n",
               (long long)s.kda_state_bytes_per_sequence);
-  if (weights->has_mtp) {
+  if (weights && weights->has_mtp) {
     std::printf("MTP layer         layers.%lld (MLA + dense SwiGLU + shared_head; docs/engine.md \"MTP layer\")\n",
                 (long long)c.num_hidden_layers);
   }
@@ -332,14 +366,16 @@ int Main(int argc, char** argv) {
   tokz->add_option("--tokenizer", t_path, "tokenizer.json or a model folder")->required();
   tokz->add_flag("--decode", t_decode);
 
-  std::string i_model;
+  std::string i_model, i_config;
   bool i_json = false;
   auto* insp = app.add_subcommand("inspect", "print the architecture");
-  insp->add_option("--model", i_model)->required();
+  insp->add_option("--model", i_model, "model folder (config.json + weights, checked)");
+  insp->add_option("--config", i_config, "a config.json alone (architecture and sizes; no weights)");
   insp->add_flag("--json", i_json);
 
-  std::function<int()> feedback_runner, serve_runner, eval_runner;
+  std::function<int()> feedback_runner, serve_runner, eval_runner, plan_runner;
   AddFeedbackCommands(app, &feedback_runner);
+  AddPlanCommand(app, &plan_runner);
   AddServeCommand(app, &serve_runner);
   AddEvalCommand(app, &eval_runner);
 
@@ -365,10 +401,11 @@ int Main(int argc, char** argv) {
   }
   if (*fwd) return RunForward(f_model, f_ids, f_out, f_act);
   if (*tokz) return RunTokenize(t_path, t_decode);
-  if (*insp) return RunInspect(i_model, i_json);
+  if (*insp) return RunInspect(i_model, i_config, i_json);
   if (feedback_runner) return feedback_runner();
   if (serve_runner) return serve_runner();
   if (eval_runner) return eval_runner();
+  if (plan_runner) return plan_runner();
   return 2;
 }
 

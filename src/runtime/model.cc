@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/trace.h"
+#include "model/model_size.h"
 #include "ops/attention.h"
 #include "ops/basic.h"
 #include "ops/hyper_connection.h"
@@ -500,49 +501,31 @@ Status Model::MtpForward(std::span<const int32_t> ids, std::span<const float> hi
 
 ModelSummary Summarize(const ModelConfig& c) {
   ModelSummary s;
-  const int64_t D = c.hidden_size, V = c.vocab_size;
   // NOTE: each term fits in int64 under ParseModelConfig's bounds, but the sum over 4096 layers of
   // 65536 experts does not: the totals add up in 128 bits and saturate (found by config_fuzz).
-  __int128 total = V * D + D + (c.tie_word_embeddings ? 0 : V * D), unselected = 0;
-  const int64_t P = c.linear_num_heads * c.linear_head_dim, K = c.linear_head_dim, Hl = c.linear_num_heads;
+  const OuterParams outer = ComputeOuterParams(c);
+  __int128 total = __int128(outer.embedding) + outer.lm_head + outer.final_norm, unselected = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    total += 2 * D;
-    if (c.hc_mult > 0) {
-      const int64_t n = c.hc_mult, mix = (2 + n) * n;
-      total += 2 * (mix * n * D + mix + 3);
-    }
+    const LayerParams p = ComputeLayerParams(c, i);
+    total += p.total();
     switch (c.layer_types[i]) {
-      case AttnKind::kKda:
+      case AttnKind::kKda: {
         ++s.num_kda;
-        total += 3 * P * D + 3 * P * c.linear_conv_kernel_dim + K * D + P * K + P + Hl + Hl * D + K * D + P * K + K +
-                 D * P;
-        s.kda_state_bytes_per_sequence += (c.linear_conv_kernel_dim - 1) * 3 * P * 2 + Hl * K * K * 4;
-        break;
-      case AttnKind::kDsa:
-      case AttnKind::kMla: {
-        (c.layer_types[i] == AttnKind::kDsa ? s.num_dsa : s.num_mla)++;
-        const int64_t H = c.num_attention_heads, qk = c.qk_head_dim();
-        total += c.q_lora_rank > 0 ? c.q_lora_rank * D + c.q_lora_rank + H * qk * c.q_lora_rank : H * qk * D;
-        total += (c.kv_lora_rank + c.qk_rope_head_dim) * D + c.kv_lora_rank +
-                 H * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + D * H * c.v_head_dim;
-        int64_t per_tok = (c.kv_lora_rank + c.qk_rope_head_dim) * 2;
-        if (c.layer_types[i] == AttnKind::kDsa && c.indexer_types[i] == IndexerKind::kFull) {
-          const int64_t Hi = c.index_n_heads, d = c.index_head_dim;
-          total += Hi * d * c.q_lora_rank + d * D + 2 * d + Hi * D + c.index_kpool * d + d * D;
-          per_tok += 2 * d * 2;  // indexer key + pool gate logits, bf16
-        }
-        s.attn_cache_bytes_per_token += per_tok;
+        const KdaStateElems st = ComputeKdaStateElems(c, i);
+        s.kda_state_bytes_per_sequence += st.conv_tail * 2 + st.recurrent * 4;  // bf16 tail, fp32 state
         break;
       }
+      case AttnKind::kDsa:
+      case AttnKind::kMla:
+        (c.layer_types[i] == AttnKind::kDsa ? s.num_dsa : s.num_mla)++;
+        s.attn_cache_bytes_per_token += ComputeAttnCacheElems(c, i).total() * 2;  // bf16
+        break;
     }
-    const int64_t I = c.moe_intermediate_size;
     if (c.mlp_layer_types[i] == MlpKind::kDense) {
       ++s.num_dense;
-      total += 3 * D * c.intermediate_size;
     } else {
       ++s.num_moe;
-      total += c.n_routed_experts * D + c.n_routed_experts * 3 * D * I + c.n_shared_experts * 3 * D * I;
-      unselected += (c.n_routed_experts - c.num_experts_per_tok) * 3 * D * I;
+      unselected += __int128(c.n_routed_experts - c.num_experts_per_tok) * p.routed_per_expert;
     }
   }
   auto saturate = [](__int128 v) {
