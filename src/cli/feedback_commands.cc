@@ -24,6 +24,7 @@
 #include "feedback/device_trace_check.h"
 #include "feedback/gate.h"
 #include "feedback/model_diff.h"
+#include "feedback/op_sweep.h"
 #include "feedback/skeletons.h"
 #include "feedback/trace_export.h"
 #include "feedback/verify_ops.h"
@@ -568,6 +569,131 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       }
       Status s = WriteOut(bo->out, *j);
       return s.ok() ? 0 : Fail(s);
+    };
+  });
+  struct BenchOpsArgs {
+    std::string model, config, ops, out = "-", baseline, ceilings, max_bytes = "1G";
+    int64_t tokens = 512, context = 4096;
+    int repeats = 10;
+    double sample_time = 0.02, threshold = 10, alpha = 0.05;
+    uint64_t seed = 1;
+    bool no_registry = false, json = false;
+  };
+  auto bs = std::make_shared<BenchOpsArgs>();
+  auto* bops = bench->add_subcommand(
+      "ops", "time every registered op at its verify shapes and a model's per-layer shapes; with --baseline, "
+             "name the (op, shape) pairs that got slower (exit 1)");
+  bops->add_option("--model", bs->model, "model folder: add its per-layer decode and prefill shapes");
+  bops->add_option("--config", bs->config, "config.json: add its per-layer shapes (no weights needed)");
+  bops->add_option("--tokens", bs->tokens, "prefill tokens per step for the model shapes")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  bops->add_option("--context", bs->context, "decode context for the model shapes")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  bops->add_flag("--no-registry-shapes", bs->no_registry, "only the model's shapes");
+  bops->add_option("--ops", bs->ops, "comma list of op names (default: all)");
+  bops->add_option("--repeats", bs->repeats, "samples per shape")->capture_default_str()->check(CLI::Range(2, 1000));
+  bops->add_option("--sample-time", bs->sample_time, "seconds per sample")->capture_default_str()
+      ->check(CLI::Range(1e-4, 10.0));
+  bops->add_option("--max-bytes", bs->max_bytes, "skip shapes whose inputs exceed this (e.g. 1G, 256M)")
+      ->capture_default_str();
+  bops->add_option("--seed", bs->seed)->capture_default_str();
+  bops->add_option("--ceilings", bs->ceilings, "ceilings JSON (default: measure in this run)");
+  bops->add_option("--out", bs->out, "sweep JSON (default stdout)");
+  bops->add_option("--baseline", bs->baseline, "an earlier sweep: compare, report, exit 1 if any shape got slower");
+  bops->add_option("--threshold", bs->threshold, "minimum effect in percent")->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+  bops->add_option("--alpha", bs->alpha, "family-wise error rate over all shapes (Holm)")->capture_default_str()
+      ->check(CLI::Range(1e-6, 0.5));
+  bops->add_flag("--json", bs->json, "the comparison as JSON on stdout (with --baseline)");
+  bops->callback([bs, runner] {
+    *runner = [bs]() -> int {
+      feedback::SweepShapeOptions so;
+      so.registry_shapes = !bs->no_registry;
+      so.tokens = bs->tokens;
+      so.context = bs->context;
+      {
+        const std::string& t = bs->max_bytes;
+        char* end = nullptr;
+        const double v = std::strtod(t.c_str(), &end);
+        const std::string unit = end ? std::string(end) : "";
+        const double mult = unit.empty() ? 1 : unit == "K" ? 1e3 : unit == "M" ? 1e6 : unit == "G" ? 1e9 : -1;
+        if (!(v > 0) || mult < 0) {
+          std::fprintf(stderr, "gyre bench ops: --max-bytes '%s' is not a size such as 512M or 2G\n", t.c_str());
+          return 2;
+        }
+        so.max_bytes = v * mult;
+      }
+      if (!bs->ops.empty()) {
+        std::stringstream ss(bs->ops);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          if (!ops::FindOp(item)) return Fail(Status::InvalidArgument("unknown op '" + item + "'"));
+          so.only_ops.push_back(item);
+        }
+      }
+      if (!bs->model.empty() && !bs->config.empty()) {
+        std::fprintf(stderr, "gyre bench ops: give --model or --config, not both\n");
+        return 2;
+      }
+      ModelConfig cfg;
+      nlohmann::json meta = nlohmann::json::object();
+      if (!bs->model.empty() || !bs->config.empty()) {
+        auto c = bs->model.empty() ? [&]() -> Result<ModelConfig> {
+          GYRE_ASSIGN_OR_RETURN(std::string text, ReadFile(bs->config));
+          return ParseModelConfig(text);
+        }()
+                                   : LoadModelConfig(bs->model);
+        if (!c) return Fail(c.status());
+        cfg = *c;
+        so.model = &cfg;
+        meta["model"] = bs->model.empty() ? bs->config : bs->model;
+        meta["tokens"] = bs->tokens;
+        meta["context"] = bs->context;
+      }
+      if (so.model == nullptr && !so.registry_shapes) {
+        std::fprintf(stderr, "gyre bench ops: --no-registry-shapes needs --model or --config\n");
+        return 2;
+      }
+      nlohmann::json baseline;
+      if (!bs->baseline.empty()) {
+        auto text = ReadFile(bs->baseline);
+        if (!text) return Fail(text.status());
+        try {
+          baseline = nlohmann::json::parse(*text);
+        } catch (const nlohmann::json::exception& e) {
+          return Fail(Status::InvalidArgument(bs->baseline + " is not valid JSON: " + e.what()));
+        }
+        if (!feedback::IsOpSweepJson(baseline)) {
+          return Fail(Status::InvalidArgument(bs->baseline + " is not an op sweep (gyre bench ops --out)"));
+        }
+      }
+      auto ceil = CeilingsFrom(bs->ceilings);
+      if (!ceil) return Fail(ceil.status());
+      const auto shapes = feedback::SweepShapes(ops::Registry(), so);
+      feedback::SweepRunOptions ro;
+      ro.repeats = bs->repeats;
+      ro.sample_s = bs->sample_time;
+      ro.seed = bs->seed;
+      ro.progress = true;
+      auto sweep = feedback::RunOpSweep(shapes, ro, *ceil, meta);
+      if (!sweep) return Fail(sweep.status());
+      // With a baseline and no --out, stdout carries the comparison; the sweep goes to --out only.
+      if (bs->baseline.empty() || bs->out != "-") {
+        Status s = WriteOut(bs->out, *sweep);
+        if (!s.ok()) return Fail(s);
+      }
+      if (bs->baseline.empty()) return 0;
+      feedback::SweepCompareOptions co;
+      co.threshold = bs->threshold / 100;
+      co.alpha = bs->alpha;
+      auto report = feedback::CompareOpSweeps(baseline, *sweep, co);
+      if (!report) return Fail(report.status());
+      if (bs->json) {
+        std::printf("%s\n", report->Json().dump(2).c_str());
+      } else {
+        std::printf("%s", report->Human().c_str());
+      }
+      return report->num_slower > 0 ? 1 : 0;
     };
   });
   struct BenchModelArgs {

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "feedback/op_sweep.h"
 #include "feedback/serve_compare.h"
 #include "feedback/stats.h"
 
@@ -479,6 +480,18 @@ int RunCompareCli(const std::string& a, const std::string& b, bool json_out, dou
   std::string serve_note;
   {
     Result<json> ja = LoadJson(a), jb = LoadJson(b);
+    // Two `gyre bench ops` sweeps: per (op, shape), the samples' comparison (op_sweep.h).
+    if (ja && jb && (IsOpSweepJson(*ja) || IsOpSweepJson(*jb))) {
+      SweepCompareOptions so;
+      so.threshold = threshold_pct / 100;
+      Result<SweepCompareReport> report = CompareOpSweeps(*ja, *jb, so);
+      if (!report) {
+        err << "gyre compare: " << report.status().message() << "\n";
+        return 2;
+      }
+      out << (json_out ? report->Json().dump(2) + "\n" : report->Human());
+      return 0;
+    }
     if (ja && jb && IsServeBenchJson(*ja) && IsServeBenchJson(*jb)) {
       Result<ServeRun> sa = ParseServeRun(*ja), sb = ParseServeRun(*jb);
       if (sa && sb) {

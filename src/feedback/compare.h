@@ -127,7 +127,9 @@ CompareReport CompareRuns(const RunResult& a, const RunResult& b,
 // The `gyre compare` command: loads both files, prints Human() (or Json() with json=true) to
 // `out`. When both are `gyre bench serve` files with per-request records, the serving comparison
 // of serve_compare.h is printed instead (headline verdict, settings warnings); when they are
-// serve files without records, the generic comparison with a note saying so. Returns 0 when both files were read (verdicts are information, not failure), 2 when an
+// serve files without records, the generic comparison with a note saying so; when either is a
+// `gyre bench ops` sweep, the per-(op, shape) comparison of op_sweep.h (threshold_pct is its
+// practical effect). Returns 0 when both files were read (verdicts are information, not failure), 2 when an
 // input cannot be read or parsed or threshold_pct is negative (message on `err`).
 int RunCompareCli(const std::string& a, const std::string& b, bool json, double threshold_pct,
                   std::ostream& out, std::ostream& err);

@@ -446,6 +446,12 @@ struct HcPostOp : NoNote {
   }
 };
 
+// An optional dimension (absent from the registry's own shapes, settable by a sweep shape).
+int64_t DimOr(const std::map<std::string, int64_t>& d, const char* name, int64_t fallback) {
+  const auto it = d.find(name);
+  return it == d.end() ? fallback : it->second;
+}
+
 struct MlaOp {
   struct Inputs {
     std::vector<float> q, latent, krot;
@@ -456,7 +462,8 @@ struct MlaOp {
   };
   static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
     Rng r(seed);
-    const int64_t s = d.at("S"), t = d.at("T"), h = d.at("H"), nope = 16, rope = d.at("ROPE"), v = 16, L = 32;
+    const int64_t s = d.at("S"), t = d.at("T"), h = d.at("H"), rope = d.at("ROPE");
+    const int64_t nope = DimOr(d, "NOPE", 16), v = DimOr(d, "V", 16), L = DimOr(d, "L", 32);
     Inputs in{r.Normal(s * h * (nope + rope)), r.Normal(t * L), r.Normal(t * rope),
               Mat(r.Normal(h * (nope + v) * L, 0.2f), h * (nope + v), L), s, t, h, nope, rope, v, L, {}, {}};
     const int64_t pos0 = t - s;
@@ -500,8 +507,11 @@ struct MlaOp {
   }
   static std::string Note(const Inputs&, const std::vector<float>&) { return ""; }
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
-    const double s = d.at("S"), t = d.at("T"), h = d.at("H"), L = 32;
-    return {s * h * (2 * 16 * L + 4 * t * L + 2 * L * 16), 4 * (t * L + s * h * 48 + h * 32 * L)};
+    const double s = d.at("S"), t = d.at("T"), h = d.at("H"), rope = d.at("ROPE");
+    const double nope = DimOr(d, "NOPE", 16), v = DimOr(d, "V", 16), L = DimOr(d, "L", 32);
+    // q·W_uk absorbed (2·nope·L), scores and weighted sum over t keys of width L + rope, W_uv out.
+    return {s * h * (2 * nope * L + 2 * t * (2 * L + rope) + 2 * L * v),
+            4 * (t * (L + rope) + s * h * (nope + rope + v) + h * (nope + v) * L)};
   }
 };
 
@@ -540,7 +550,8 @@ struct IndexerOp {
   };
   static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
     Rng r(seed);
-    const int64_t t = dm.at("T"), m = dm.at("M"), heads = 4, d = 16, p = t / m, s = dm.at("S");
+    const int64_t t = dm.at("T"), m = dm.at("M"), p = t / m, s = dm.at("S");
+    const int64_t heads = DimOr(dm, "IH", 4), d = DimOr(dm, "ID", 16);
     Inputs in{r.Normal(s * heads * d), r.Normal(s * heads), r.Normal(p * d), s, t, p, heads, d, m, dm.at("TOPK")};
     // TIES=1: pool p gets the key of pool p mod 3, so the scores fall into three classes of
     // bit-identical values and the tie rule (equal scores: lower pool first) decides which pools
@@ -586,8 +597,8 @@ struct IndexerOp {
     return "selects up to " + std::to_string(in.topk / in.m) + " of " + std::to_string(in.p) + " pools + tail";
   }
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
-    const double s = d.at("S"), p = double(d.at("T")) / d.at("M");
-    return {s * p * 4 * 16 * 2, 4 * (s * 4 * 16 + p * 16)};
+    const double s = d.at("S"), p = double(d.at("T")) / d.at("M"), ih = DimOr(d, "IH", 4), id = DimOr(d, "ID", 16);
+    return {s * p * ih * id * 2, 4 * (s * ih * id + p * id)};
   }
 };
 
