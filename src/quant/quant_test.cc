@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "quant/fp8.h"
+#include "quant/policy.h"
 
 namespace gyre {
 namespace {
@@ -228,6 +229,25 @@ TEST(Int8Channel, RowScalesAndRoundingHalfEven) {
   EXPECT_EQ(c[3], 0);
   EXPECT_EQ(c[4], 2);
   EXPECT_EQ(c[5], -127);
+}
+
+TEST(Policy, QuantizesProjectionsAndKeepsTheRest) {
+  const std::string p = "model.language_model.layers.3.";
+  for (const char* n : {"self_attn.q_proj.weight", "self_attn.o_proj.weight", "self_attn.kv_b_proj.weight",
+                        "self_attn.q_a_proj.weight", "self_attn.indexer.wq_b.weight", "mlp.experts.7.down_proj.weight",
+                        "mlp.shared_experts.up_proj.weight", "mlp.gate_proj.weight", "eh_proj.weight"}) {
+    EXPECT_TRUE(ShouldQuantize(p + n, {256, 128})) << n;
+  }
+  for (const char* n : {"mlp.gate.weight", "self_attn.f_a_proj.weight", "self_attn.f_b_proj.weight",
+                        "self_attn.b_proj.weight", "self_attn.g_a_proj.weight", "self_attn.g_b_proj.weight",
+                        "self_attn.indexer.weights_proj.weight", "input_layernorm.weight", "hc_attn_fn",
+                        "self_attn.A_log", "shared_head.head.weight"}) {
+    EXPECT_FALSE(ShouldQuantize(p + n, {256, 128})) << n;
+  }
+  EXPECT_FALSE(ShouldQuantize("model.language_model.embed_tokens.weight", {4096, 256}));
+  EXPECT_FALSE(ShouldQuantize("lm_head.weight", {4096, 256}));
+  EXPECT_FALSE(ShouldQuantize("model.visual.blocks.0.attn.q_proj.weight", {32, 32}));
+  EXPECT_FALSE(ShouldQuantize(p + "self_attn.q_conv1d.weight", {256, 1, 4}));
 }
 
 }  // namespace
