@@ -8,6 +8,9 @@
 //   gyre tokenize --tokenizer PATH [--decode]
 //       stdin UTF-8 → {"ids": [...]}; with --decode stdin {"ids": [...]} → {"text": "..."}.
 //   gyre inspect --model DIR [--json]
+//       architecture, parameters, cache sizes, and the quantization scheme with tensor bytes per
+//       layer (quantized weights + scales vs high precision).
+//   gyre quantize --model DIR --out DIR --scheme fp8-block|int8   (cli/quantize_command.h)
 //   gyre eval --model DIR --text FILE [--ctx N] [--backend cpu|cuda] [--max-tokens N] [--json]
 //       perplexity / bits per byte over ctx windows (+ MTP acceptance); see cli/eval_command.h.
 // Exit codes: 0 success, 1 failure (bad input data, missing files, ...), 2 usage error.
@@ -23,12 +26,14 @@
 #include <sys/stat.h>
 
 #include "cli/eval_command.h"
+#include "cli/quantize_command.h"
 #include "cli/feedback_commands.h"
 #include "cli/serve_command.h"
 #include "core/json_depth.h"
 #include "core/trace.h"
 #include "core/version.h"
 #include "feedback/trace_export.h"
+#include "model/quantize_checkpoint.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
 #include "tokenizer/tokenizer.h"
@@ -260,6 +265,24 @@ int RunInspect(const std::string& dir, bool as_json) {
               {"kda_state_bytes_per_sequence", s.kda_state_bytes_per_sequence},
               {"mtp_layers", weights->has_mtp ? 1 : 0},
               {"layers", layers}};
+  // Quantization: the scheme and the tensor bytes of each layer (docs/quantization.md).
+  const auto groups = BytesByLayer(**files);
+  json bytes = json::object();
+  int64_t q_total = 0, hp_total = 0;
+  for (const auto& [key, g] : groups) {
+    bytes[key] = {{"quantized", g.quantized}, {"high_precision", g.high_precision},
+                  {"quantized_weights", g.num_quantized_weights}};
+    q_total += g.quantized;
+    hp_total += g.high_precision;
+  }
+  out["quantization"] = {{"scheme", QuantSchemeName(c.quant.scheme)},
+                         {"quant_method", c.quant.quant_method},
+                         {"bytes_quantized", q_total},
+                         {"bytes_high_precision", hp_total},
+                         {"bytes_by_layer", bytes}};
+  if (c.quant.scheme == QuantScheme::kFp8Block) {
+    out["quantization"]["weight_block_size"] = {c.quant.block_n, c.quant.block_k};
+  }
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -277,6 +300,14 @@ int RunInspect(const std::string& dir, bool as_json) {
   if (weights->has_mtp) {
     std::printf("MTP layer         layers.%lld (MLA + dense SwiGLU + shared_head; docs/engine.md \"MTP layer\")\n",
                 (long long)c.num_hidden_layers);
+  }
+  std::printf("quantization      %s%s: %lld bytes quantized (weights + scales), %lld high precision\n",
+              QuantSchemeName(c.quant.scheme),
+              c.quant.quant_method.empty() ? "" : (" (quant_method " + c.quant.quant_method + ")").c_str(),
+              (long long)q_total, (long long)hp_total);
+  for (const auto& [key, g] : groups) {
+    std::printf("  %-15s %10lld quantized (%lld weights) %10lld high precision\n", key.c_str(),
+                (long long)g.quantized, (long long)g.num_quantized_weights, (long long)g.high_precision);
   }
   std::printf("layers           ");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -338,10 +369,11 @@ int Main(int argc, char** argv) {
   insp->add_option("--model", i_model)->required();
   insp->add_flag("--json", i_json);
 
-  std::function<int()> feedback_runner, serve_runner, eval_runner;
+  std::function<int()> feedback_runner, serve_runner, eval_runner, quantize_runner;
   AddFeedbackCommands(app, &feedback_runner);
   AddServeCommand(app, &serve_runner);
   AddEvalCommand(app, &eval_runner);
+  AddQuantizeCommands(app, &quantize_runner);
 
   // vLLM's two-letter short flag, which CLI11 cannot declare: -tp N / -tp=N.
   std::vector<std::string> args;
@@ -369,6 +401,7 @@ int Main(int argc, char** argv) {
   if (feedback_runner) return feedback_runner();
   if (serve_runner) return serve_runner();
   if (eval_runner) return eval_runner();
+  if (quantize_runner) return quantize_runner();
   return 2;
 }
 
