@@ -285,5 +285,17 @@ else
   fail "serve --allow-long-max-model-len did not start: $(head -c 300 "$TMP/long_len.err")"; serve_stop
 fi
 
+# Quantization (docs/quantization.md): quantize, inspect the scheme, run the quantized model.
+for s in fp8-block int8; do
+  "$GYRE" quantize --model "$FX/glm5_tiny" --out "$TMP/q_$s" --scheme "$s" >/dev/null || fail "quantize $s exit"
+  "$GYRE" inspect --model "$TMP/q_$s" --json | python3 -c 'import json,sys; o=json.load(sys.stdin)["quantization"]; assert o["scheme"]==sys.argv[1] and o["bytes_quantized"]>0 and o["bytes_by_layer"]["embed_tokens"]["quantized"]==0' "$s" \
+    && pass "inspect shows $s" || fail "inspect $s"
+  "$GYRE" generate --model "$TMP/q_$s" --ids 5,6,7 --max-tokens 3 --json >/dev/null && pass "generate on $s" \
+    || fail "generate on $s"
+done
+expect_fail "quantize unknown scheme" 2 "" -- "$GYRE" quantize --model "$FX/glm5_tiny" --out "$TMP/q_x" --scheme int4
+expect_fail "quantize twice" 1 "already quantized" -- "$GYRE" quantize --model "$TMP/q_int8" --out "$TMP/q_again" \
+  --scheme fp8-block
+
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]
