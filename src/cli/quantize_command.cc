@@ -74,10 +74,11 @@ Result<std::string> ReadText(const std::string& path) {
 Result<json> LayerDivergence(const Model& ref, const Model& test, const std::vector<int32_t>& ids) {
   feedback::RunConfig a{&ref, 0, "reference"}, b{&test, 0, "quantized"};
   GYRE_ASSIGN_OR_RETURN(feedback::ModelDiffReport d, feedback::DiffModels(a, b, ids, 1e-3));
-  json layers = json::array();
+  json layers = json::array(), ops = json::array();
   double prev = 0, best_jump = -1;
   std::string worst;
   for (const feedback::DiffEntry& e : d.entries) {
+    ops.push_back({{"name", e.name}, {"rel_l2", e.rel_l2}, {"max_abs", e.max_abs}});
     const bool layer_out = e.name.rfind("layers.", 0) == 0 && e.name.find('.', 7) == std::string::npos;
     if (!layer_out && e.name != "logits") continue;
     layers.push_back({{"name", e.name}, {"rel_l2", e.rel_l2}, {"max_abs", e.max_abs}});
@@ -87,7 +88,9 @@ Result<json> LayerDivergence(const Model& ref, const Model& test, const std::vec
     }
     prev = e.rel_l2;
   }
-  json r = {{"tokens", ids.size()}, {"outputs", layers}, {"largest_growth", worst}, {"largest_growth_rel_l2", best_jump}};
+  // "outputs": each layer's output and the logits; "ops": every named intermediate in order.
+  json r = {{"tokens", ids.size()}, {"outputs", layers}, {"ops", ops}, {"largest_growth", worst},
+            {"largest_growth_rel_l2", best_jump}};
   if (d.first) r["first_over_1e-3"] = d.entries[*d.first].name;
   return r;
 }
@@ -105,18 +108,27 @@ int RunQuantEval(const QuantEvalArgs& a) {
   o.ctx = a.ctx;
   o.max_tokens = a.max_tokens;
   json out = {{"reference", a.model}, {"text", a.text}, {"ctx", a.ctx}, {"results", json::array()}};
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<const Model*> tests;
   for (const std::string& dir : a.quantized) {
     auto q = Model::Load(dir);
     if (!q) return Fail(q.error());
-    auto rep = feedback::CompareLogits(**ref, **q, *ids, o);
-    if (!rep) return Fail(rep.error().WithContext(dir));
+    models.push_back(std::move(*q));
+    tests.push_back(models.back().get());
+  }
+  auto reps = feedback::CompareLogits(**ref, tests, *ids, o);
+  if (!reps) return Fail(reps.error());
+  for (size_t m = 0; m < tests.size(); ++m) {
+    const std::string& dir = a.quantized[m];
+    const Model* q = tests[m];
+    const feedback::LogitCompareReport* rep = &(*reps)[m];
     json r = rep->Json();
     r["model"] = dir;
-    r["scheme"] = QuantSchemeName((*q)->config().quant.scheme);
-    r["quant_method"] = (*q)->config().quant.quant_method;
+    r["scheme"] = QuantSchemeName(q->config().quant.scheme);
+    r["quant_method"] = q->config().quant.quant_method;
     if (a.diff_tokens > 0) {
       std::vector<int32_t> head(ids->begin(), ids->begin() + std::min<size_t>(ids->size(), a.diff_tokens));
-      auto div = LayerDivergence(**ref, **q, head);
+      auto div = LayerDivergence(**ref, *q, head);
       if (!div) return Fail(div.error().WithContext(dir));
       r["layer_divergence"] = *div;
     }

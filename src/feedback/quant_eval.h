@@ -41,7 +41,7 @@ struct LogitCompareReport {
   double kl_sum = 0, kl_max = 0;     // KL(p_ref ‖ p_test), nats
   int64_t num_top1_agree = 0;
   std::vector<PositionBucket> buckets;
-  double wall_s = 0;
+  double wall_s = 0;  // the tested model's forwards
 
   double ppl_ref() const;
   double ppl_test() const;
@@ -50,9 +50,11 @@ struct LogitCompareReport {
   nlohmann::json Json() const;
 };
 
+// One report per model of `tests`, in order; the reference runs once per window.
+// REQUIRES: no null pointer in `tests`.
 // Errors: InvalidArgument for ctx < 1, fewer than 2 ids, an id outside the vocabulary, or models
 // whose vocabularies differ; the models' Forward errors.
-Result<LogitCompareReport> CompareLogits(const Model& ref, const Model& test, std::span<const int32_t> ids,
-                                         const LogitCompareOptions& opts);
+Result<std::vector<LogitCompareReport>> CompareLogits(const Model& ref, std::span<const Model* const> tests,
+                                                      std::span<const int32_t> ids, const LogitCompareOptions& opts);
 
 }  // namespace gyre::feedback
