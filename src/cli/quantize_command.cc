@@ -27,6 +27,7 @@ int Fail(const Status& s) {
 struct QuantizeArgs {
   std::string model, out, scheme;
   int64_t block = 128;
+  std::vector<std::string> keep;
   bool json = false;
 };
 
@@ -34,6 +35,7 @@ int RunQuantize(const QuantizeArgs& a) {
   QuantizeOptions o;
   o.scheme = a.scheme == "fp8-block" ? QuantScheme::kFp8Block : QuantScheme::kInt8Channel;
   o.block_n = o.block_k = a.block;
+  o.keep = a.keep;
   auto rep = QuantizeCheckpoint(a.model, a.out, o);
   if (!rep) return Fail(rep.error());
   if (a.json) {
@@ -41,14 +43,15 @@ int RunQuantize(const QuantizeArgs& a) {
                              {"out", a.out},
                              {"num_tensors", rep->num_tensors},
                              {"num_quantized", rep->num_quantized},
+                             {"num_kept", rep->num_kept},
                              {"bytes_in", rep->bytes_in},
                              {"bytes_out", rep->bytes_out}}
                             .dump(2)
                             .c_str());
   } else {
-    std::printf("%s: quantized %lld of %lld tensors (%s); tensor bytes %lld -> %lld\n", a.out.c_str(),
-                (long long)rep->num_quantized, (long long)rep->num_tensors, a.scheme.c_str(),
-                (long long)rep->bytes_in, (long long)rep->bytes_out);
+    std::printf("%s: quantized %lld of %lld tensors (%s; %lld kept by --keep); tensor bytes %lld -> %lld\n",
+                a.out.c_str(), (long long)rep->num_quantized, (long long)rep->num_tensors, a.scheme.c_str(),
+                (long long)rep->num_kept, (long long)rep->bytes_in, (long long)rep->bytes_out);
   }
   return 0;
 }
@@ -161,6 +164,8 @@ void AddQuantizeCommands(CLI::App& app, std::function<int()>* runner) {
       ->check(CLI::IsMember({"fp8-block", "int8"}));
   c->add_option("--block", q->block, "fp8-block: weight block size N for [N, N] blocks (default 128)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--keep", q->keep,
+                 "regex (searched in the full tensor name) of weights to keep unquantized; repeatable");
   c->add_flag("--json", q->json, "print one JSON object");
   c->callback([q, runner] { *runner = [q] { return RunQuantize(*q); }; });
 

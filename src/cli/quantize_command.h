@@ -1,8 +1,9 @@
 // `gyre quantize` and `gyre quantize-eval` (docs/quantization.md).
 //
-//   gyre quantize --model DIR --out DIR --scheme fp8-block|int8 [--block N]
+//   gyre quantize --model DIR --out DIR --scheme fp8-block|int8 [--block N] [--keep REGEX ...]
 //       writes a quantized HF-layout checkpoint (model/quantize_checkpoint.h); prints one line
-//       (or one JSON object with --json): tensors quantized, bytes in and out.
+//       (or one JSON object with --json): tensors quantized, bytes in and out. --keep: weights
+//       whose full name matches stay unquantized (a mixed policy).
 //   gyre quantize-eval --model REF --quantized DIR [--quantized DIR ...] --text FILE [--ctx N]
 //                      [--max-tokens N] [--diff-tokens N] [--json]
 //       per quantized model vs REF on the text: perplexities, mean/max logit KL, top-1 agreement

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -74,6 +75,14 @@ Result<QuantizeReport> QuantizeCheckpoint(const std::string& model_dir, const st
   if (fs::exists(out_dir, ec) && fs::equivalent(model_dir, out_dir, ec)) {
     return Status::InvalidArgument("--out must differ from --model");
   }
+  std::vector<std::regex> keep;
+  for (const std::string& k : opts.keep) {
+    try {
+      keep.emplace_back(k, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return Status::InvalidArgument("keep pattern '" + k + "' is not a valid regex: " + e.what());
+    }
+  }
   GYRE_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   if (config.quant.scheme != QuantScheme::kNone) {
     return Status::InvalidArgument(model_dir + " is already quantized (quant_method '" + config.quant.quant_method +
@@ -90,7 +99,17 @@ Result<QuantizeReport> QuantizeCheckpoint(const std::string& model_dir, const st
     ++rep.num_tensors;
     rep.bytes_in += static_cast<int64_t>(t->nbytes);
     const bool is_float = t->dtype == DType::kF32 || t->dtype == DType::kBF16 || t->dtype == DType::kF16;
-    if (!is_float || !ShouldQuantize(name, t->shape)) {
+    bool quantize = is_float && ShouldQuantize(name, t->shape);
+    if (quantize) {
+      for (const std::regex& k : keep) {
+        if (std::regex_search(name, k)) {
+          quantize = false;
+          ++rep.num_kept;
+          break;
+        }
+      }
+    }
+    if (!quantize) {
       out.push_back({name, t->dtype, t->shape, {t->data, t->nbytes}});
       rep.bytes_out += static_cast<int64_t>(t->nbytes);
       continue;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/safetensors.h"
@@ -27,17 +28,22 @@ namespace gyre {
 struct QuantizeOptions {
   QuantScheme scheme = QuantScheme::kFp8Block;
   int64_t block_n = 128, block_k = 128;  // fp8 only
+  // Tensors whose full name matches one of these ECMAScript regexes (searched, not anchored)
+  // stay in their checkpoint dtype even when quant/policy.h would quantize them: a mixed policy,
+  // e.g. `layers\.0\.` keeps layer 0 whole.
+  std::vector<std::string> keep;
 };
 
 struct QuantizeReport {
   int64_t num_tensors = 0;    // tensors in the input
   int64_t num_quantized = 0;  // of them, quantized
+  int64_t num_kept = 0;       // the policy would quantize them, a `keep` pattern kept them
   int64_t bytes_in = 0, bytes_out = 0;  // tensor data, all files
 };
 
 // Quantizes the checkpoint in `model_dir` into `out_dir` (created if absent).
-// Errors: InvalidArgument when the scheme is kNone, out_dir is model_dir, or the input is already
-// quantized (its config has a quantization_config); NotFound / DataLoss / InvalidArgument from
+// Errors: InvalidArgument when the scheme is kNone, out_dir is model_dir, a keep pattern is not a
+// valid regex, or the input is already quantized (its config has a quantization_config); NotFound / DataLoss / InvalidArgument from
 // reading the input (config.json, safetensors); Unavailable when a file cannot be written (a
 // partial output may remain).
 Result<QuantizeReport> QuantizeCheckpoint(const std::string& model_dir, const std::string& out_dir,

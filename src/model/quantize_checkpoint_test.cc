@@ -125,6 +125,36 @@ TEST_P(QuantizeCheckpointTest, WritesWhatLoadsBack) {
   std::filesystem::remove_all(tmpl);
 }
 
+TEST(QuantizeCheckpoint, KeepPatternsMakeAMixedPolicy) {
+  char tmpl[] = "/tmp/gyre_quant_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string out = std::string(tmpl) + "/q";
+  QuantizeOptions o;
+  o.scheme = QuantScheme::kFp8Block;
+  o.keep = {R"(layers\.0\.self_attn\.)", R"(\.experts\.)"};
+  auto rep = QuantizeCheckpoint(kTiny, out, o);
+  ASSERT_TRUE(rep.ok()) << rep.error().ToString();
+  EXPECT_GT(rep->num_kept, 4);
+  auto cfg = LoadModelConfig(out);
+  auto files = WeightFiles::Open(out);
+  ASSERT_TRUE(cfg.ok() && files.ok());
+  auto w = BindWeights(*cfg, **files);
+  ASSERT_TRUE(w.ok()) << w.error().ToString();
+  ASSERT_EQ(w->layers[0].attn, AttnKind::kKda);
+  EXPECT_FALSE(w->layers[0].kda.q.quant);
+  EXPECT_FALSE(w->layers[0].kda.o.quant);
+  for (size_t l = 1; l < w->layers.size(); ++l) {
+    if (w->layers[l].attn == AttnKind::kKda) EXPECT_TRUE(w->layers[l].kda.q.quant) << l;
+    if (w->layers[l].mlp == MlpKind::kMoe) {
+      EXPECT_FALSE(w->layers[l].moe.experts[0].gate.quant) << l;
+      if (w->layers[l].moe.has_shared) EXPECT_TRUE(w->layers[l].moe.shared.gate.quant) << l;
+    }
+  }
+  o.keep = {"("};
+  EXPECT_EQ(QuantizeCheckpoint(kTiny, out + "2", o).error().code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(tmpl);
+}
+
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantizeCheckpointTest,
                          ::testing::Values(QuantScheme::kFp8Block, QuantScheme::kInt8Channel));
 
