@@ -60,7 +60,7 @@ struct QuantEvalArgs {
   std::string model, text;
   std::vector<std::string> quantized;
   int64_t ctx = 256, max_tokens = 0, diff_tokens = 64;
-  bool json = false;
+  bool json = false, weight_only = false;
 };
 
 Result<std::string> ReadText(const std::string& path) {
@@ -113,22 +113,32 @@ int RunQuantEval(const QuantEvalArgs& a) {
   json out = {{"reference", a.model}, {"text", a.text}, {"ctx", a.ctx}, {"results", json::array()}};
   std::vector<std::unique_ptr<Model>> models;
   std::vector<const Model*> tests;
+  std::vector<std::string> labels;
   for (const std::string& dir : a.quantized) {
     auto q = Model::Load(dir);
     if (!q) return Fail(q.error());
     models.push_back(std::move(*q));
     tests.push_back(models.back().get());
+    labels.push_back(dir);
+    if (a.weight_only) {  // the same weights without activation quantization
+      ModelWeights w = models.back()->weights();
+      DropQuantizedStorage(&w);
+      models.push_back(Model::FromWeights(models.back()->config(), std::move(w)));
+      tests.push_back(models.back().get());
+      labels.push_back(dir + " (weight-only)");
+    }
   }
   auto reps = feedback::CompareLogits(**ref, tests, *ids, o);
   if (!reps) return Fail(reps.error());
   for (size_t m = 0; m < tests.size(); ++m) {
-    const std::string& dir = a.quantized[m];
+    const std::string& dir = labels[m];
     const Model* q = tests[m];
     const feedback::LogitCompareReport* rep = &(*reps)[m];
     json r = rep->Json();
     r["model"] = dir;
     r["scheme"] = QuantSchemeName(q->config().quant.scheme);
     r["quant_method"] = q->config().quant.quant_method;
+    r["weight_only"] = dir.ends_with("(weight-only)");
     if (a.diff_tokens > 0) {
       std::vector<int32_t> head(ids->begin(), ids->begin() + std::min<size_t>(ids->size(), a.diff_tokens));
       auto div = LayerDivergence(**ref, *q, head);
@@ -179,6 +189,8 @@ void AddQuantizeCommands(CLI::App& app, std::function<int()>* runner) {
       ->check(CLI::NonNegativeNumber);
   ev->add_option("--diff-tokens", e->diff_tokens, "tokens of the per-layer divergence prompt (0: skip)")
       ->check(CLI::NonNegativeNumber);
+  ev->add_flag("--weight-only", e->weight_only,
+               "also run each quantized model without activation quantization (weights dequantized)");
   ev->add_flag("--json", e->json, "print one JSON object");
   ev->callback([e, runner] { *runner = [e] { return RunQuantEval(*e); }; });
 }

@@ -1,4 +1,5 @@
-// QuantizeCheckpoint and BytesByLayer. Sections: helpers; QuantizeCheckpoint; BytesByLayer.
+// QuantizeCheckpoint, DropQuantizedStorage and BytesByLayer. Sections: helpers;
+// QuantizeCheckpoint; DropQuantizedStorage; BytesByLayer.
 #include "model/quantize_checkpoint.h"
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "model/weights.h"
 #include "quant/policy.h"
 #include "quant/quant.h"
 
@@ -147,6 +149,37 @@ Result<QuantizeReport> QuantizeCheckpoint(const std::string& model_dir, const st
   // A stale index from an earlier run would name shards that no longer match.
   fs::remove(out_dir + "/model.safetensors.index.json", ec);
   return rep;
+}
+
+// ---- DropQuantizedStorage -------------------------------------------------------------------------
+
+namespace {
+int64_t Drop(Matrix& m) {
+  const bool had = m.quant != nullptr;
+  m.quant.reset();
+  return had;
+}
+int64_t DropMla(MlaWeights& w) {
+  int64_t n = 0;
+  for (Matrix* m : {&w.q_a, &w.q_b, &w.q_proj, &w.kv_a, &w.kv_b, &w.o, &w.indexer.wq_b, &w.indexer.wk,
+                    &w.indexer.weights_proj, &w.indexer.compress_gate, &w.indexer.ape})
+    n += Drop(*m);
+  return n;
+}
+int64_t DropMlp(MlpWeights& w) { return Drop(w.gate) + Drop(w.up) + Drop(w.down); }
+}  // namespace
+
+int64_t DropQuantizedStorage(ModelWeights* w) {
+  int64_t n = Drop(w->embed) + Drop(w->lm_head);
+  for (LayerWeights& L : w->layers) {
+    n += Drop(L.attn_hc.fn) + Drop(L.ffn_hc.fn);
+    KdaWeights& k = L.kda;
+    for (Matrix* m : {&k.q, &k.k, &k.v, &k.conv, &k.f_a, &k.f_b, &k.b, &k.g_a, &k.g_b, &k.o}) n += Drop(*m);
+    n += DropMla(L.mla) + DropMlp(L.dense) + DropMlp(L.moe.shared) + Drop(L.moe.router);
+    for (MlpWeights& e : L.moe.experts) n += DropMlp(e);
+  }
+  n += Drop(w->mtp.eh_proj) + Drop(w->mtp.head) + DropMla(w->mtp.mla) + DropMlp(w->mtp.mlp);
+  return n;
 }
 
 // ---- BytesByLayer --------------------------------------------------------------------------------

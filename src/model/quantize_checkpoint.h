@@ -49,6 +49,12 @@ struct QuantizeReport {
 Result<QuantizeReport> QuantizeCheckpoint(const std::string& model_dir, const std::string& out_dir,
                                           const QuantizeOptions& opts);
 
+// Drops the quantized storage of every Matrix of `w` (Matrix::quant), leaving the dequantized
+// values: the same weights run weight-only, without activation quantization (an ablation of
+// `gyre quantize-eval --weight-only`). Returns how many matrices had quantized storage.
+struct ModelWeights;
+int64_t DropQuantizedStorage(ModelWeights* w);
+
 // Tensor bytes of a checkpoint grouped by layer: key "layers.N" for `...layers.N.*` tensors, else
 // "embed_tokens", "lm_head", "norm" or "other". `quantized` counts F8_E4M3 / I8 tensors and their
 // scales; `high_precision` the rest.
