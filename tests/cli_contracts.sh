@@ -293,6 +293,9 @@ for s in fp8-block int8; do
   "$GYRE" generate --model "$TMP/q_$s" --ids 5,6,7 --max-tokens 3 --json >/dev/null && pass "generate on $s" \
     || fail "generate on $s"
 done
+"$GYRE" quantize-eval --model "$FX/glm5_tiny" --quantized "$TMP/q_int8" --text "$TMP/eval.txt" --ctx 8 --weight-only --json \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"]; assert len(r)==2 and r[1]["weight_only"] and all(0<=x["top1_agreement"]<=1 and x["mean_kl"]>=0 and x["num_positions"]>0 for x in r)' \
+  && pass "quantize-eval --json" || fail "quantize-eval --json"
 expect_fail "quantize unknown scheme" 2 "" -- "$GYRE" quantize --model "$FX/glm5_tiny" --out "$TMP/q_x" --scheme int4
 expect_fail "quantize twice" 1 "already quantized" -- "$GYRE" quantize --model "$TMP/q_int8" --out "$TMP/q_again" \
   --scheme fp8-block
