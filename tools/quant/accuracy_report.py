@@ -2,7 +2,10 @@
 """Wraps `gyre quantize-eval --json` output into bench/results/cpu_quant_accuracy.json with the
 machine, the commit and the configuration (docs/quantization.md "Accuracy").
 
-usage: accuracy_report.py EVAL.json COMMIT COMMAND OUT.json [--max-tokens N]
+usage: accuracy_report.py EVAL.json COMMIT COMMAND OUT.json [DIR=POLICY ...]
+
+Each DIR=POLICY names the policy of a quantized folder (e.g. the --keep patterns used); it is
+added to that result as "policy".
 """
 import json
 import os
@@ -24,7 +27,13 @@ def cpu_model():
 
 def main():
     eval_path, commit, command, out_path = sys.argv[1:5]
+    policies = dict(a.split("=", 1) for a in sys.argv[5:])
     res = json.load(open(eval_path))
+    for r in res["results"]:
+        base = r["model"].replace(" (weight-only)", "")
+        r["policy"] = policies.get(base, "quant/policy.h default")
+        if r.get("weight_only"):
+            r["policy"] += "; weight-only ablation (activations not quantized)"
     with open("/proc/loadavg") as f:
         load = float(f.read().split()[0])
     report = {
