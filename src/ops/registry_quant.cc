@@ -71,6 +71,7 @@ OpSpec Spec(std::string name, std::string tol_class, double tol, std::vector<OpS
   s.tolerance_class = std::move(tol_class);
   s.tolerance = tol;
   s.shapes = std::move(shapes);
+  s.backends = {Backend::kCpu};  // TODO(quant): CUDA FP8/INT8 GEMMs (issue 14), then kCuda here.
   s.cost = [cost](const OpShape& sh) { return cost(sh.dims); };
   s.check = [check](const OpShape& sh, uint64_t seed, Backend b) -> Result<CheckResult> {
     if (b != Backend::kCpu) return Status::Unimplemented("backend cuda is not built for this op");
