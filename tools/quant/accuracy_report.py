@@ -2,7 +2,10 @@
 """Wraps `gyre quantize-eval --json` output into bench/results/cpu_quant_accuracy.json with the
 machine, the commit and the configuration (docs/quantization.md "Accuracy").
 
-usage: accuracy_report.py EVAL.json COMMIT COMMAND OUT.json [DIR=POLICY ...]
+usage: accuracy_report.py EVAL.json[,EVAL2.json ...] COMMIT[,COMMIT2 ...] COMMAND OUT.json [DIR=POLICY ...]
+
+Several eval files (one commit each) are merged: each result records its commit, and a result
+whose label (folder, plus " (weight-only)") already came from an earlier file is dropped.
 
 Each DIR=POLICY names the policy of a quantized folder (e.g. the --keep patterns used); it is
 added to that result as "policy".
@@ -26,9 +29,20 @@ def cpu_model():
 
 
 def main():
-    eval_path, commit, command, out_path = sys.argv[1:5]
+    eval_paths, commits, command, out_path = sys.argv[1:5]
     policies = dict(a.split("=", 1) for a in sys.argv[5:])
-    res = json.load(open(eval_path))
+    res, seen = None, set()
+    for path, commit in zip(eval_paths.split(","), commits.split(",")):
+        one = json.load(open(path))
+        if res is None:
+            res = dict(one, results=[])
+        for r in one["results"]:
+            if r["model"] in seen:
+                continue
+            seen.add(r["model"])
+            r["commit"] = commit
+            res["results"].append(r)
+    commit = commits
     for r in res["results"]:
         base = r["model"].replace(" (weight-only)", "")
         r["policy"] = policies.get(base, "quant/policy.h default")
