@@ -306,5 +306,20 @@ expect_fail "plan: bad --weights" 2 "" -- "$GYRE" plan --config "$FULL" --gpus 8
 expect_fail "plan: missing config file" 1 "cannot open" -- "$GYRE" plan --config "$TMP/none.json" --gpus 1 --gpu-memory 1G
 "$GYRE" plan --model "$FX/glm5_tiny" --gpus 1 --gpu-memory 8G --max-model-len 4096 >/dev/null && pass "plan --model DIR" || fail "plan --model DIR"
 
+# Quantization (docs/quantization.md): quantize, inspect the scheme, run the quantized model.
+for s in fp8-block int8; do
+  "$GYRE" quantize --model "$FX/glm5_tiny" --out "$TMP/q_$s" --scheme "$s" >/dev/null || fail "quantize $s exit"
+  "$GYRE" inspect --model "$TMP/q_$s" --json | python3 -c 'import json,sys; o=json.load(sys.stdin)["quantization"]; assert o["scheme"]==sys.argv[1] and o["bytes_quantized"]>0 and o["bytes_by_layer"]["embed_tokens"]["quantized"]==0' "$s" \
+    && pass "inspect shows $s" || fail "inspect $s"
+  "$GYRE" generate --model "$TMP/q_$s" --ids 5,6,7 --max-tokens 3 --json >/dev/null && pass "generate on $s" \
+    || fail "generate on $s"
+done
+"$GYRE" quantize-eval --model "$FX/glm5_tiny" --quantized "$TMP/q_int8" --text "$TMP/eval.txt" --ctx 8 --weight-only --json \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin)["results"]; assert len(r)==2 and r[1]["weight_only"] and all(0<=x["top1_agreement"]<=1 and x["mean_kl"]>=0 and x["num_positions"]>0 for x in r)' \
+  && pass "quantize-eval --json" || fail "quantize-eval --json"
+expect_fail "quantize unknown scheme" 2 "" -- "$GYRE" quantize --model "$FX/glm5_tiny" --out "$TMP/q_x" --scheme int4
+expect_fail "quantize twice" 1 "already quantized" -- "$GYRE" quantize --model "$TMP/q_int8" --out "$TMP/q_again" \
+  --scheme fp8-block
+
 echo "cli contracts: $fails failure(s)"
 [ "$fails" -eq 0 ]

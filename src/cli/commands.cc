@@ -8,8 +8,11 @@
 //   gyre tokenize --tokenizer PATH [--decode]
 //       stdin UTF-8 → {"ids": [...]}; with --decode stdin {"ids": [...]} → {"text": "..."}.
 //   gyre inspect (--model DIR | --config FILE) [--json]
-//       --config: the architecture from a config.json alone (no weights are read or checked).
+//       architecture, parameters, cache sizes; with --model the quantization scheme with tensor
+//       bytes per layer (quantized weights + scales vs high precision). --config: the architecture
+//       from a config.json alone (no weights are read or checked).
 //   gyre plan (--config FILE | --model DIR) --gpus N --gpu-memory BYTES [...]; see cli/plan_command.h.
+//   gyre quantize --model DIR --out DIR --scheme fp8-block|int8   (cli/quantize_command.h)
 //   gyre eval --model DIR --text FILE [--ctx N] [--backend cpu|cuda] [--max-tokens N] [--json]
 //       perplexity / bits per byte over ctx windows (+ MTP acceptance); see cli/eval_command.h.
 // Exit codes: 0 success, 1 failure (bad input data, missing files, ...), 2 usage error.
@@ -26,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "cli/eval_command.h"
+#include "cli/quantize_command.h"
 #include "cli/feedback_commands.h"
 #include "cli/plan_command.h"
 #include "cli/serve_command.h"
@@ -33,6 +37,7 @@
 #include "core/trace.h"
 #include "core/version.h"
 #include "feedback/trace_export.h"
+#include "model/quantize_checkpoint.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
 #include "tokenizer/tokenizer.h"
@@ -258,12 +263,14 @@ int RunInspect(const std::string& dir, const std::string& config_file, bool as_j
   auto cfg = InspectConfig(dir, config_file);
   if (!cfg) return Fail(cfg.error());
   std::optional<InspectWeights> weights;
+  std::optional<decltype(BytesByLayer(std::declval<const WeightFiles&>()))> groups;  // with weights
   if (!dir.empty()) {
     auto files = WeightFiles::Open(dir);
     if (!files) return Fail(files.error());
     auto bound = BindWeights(*cfg, **files);
     if (!bound) return Fail(bound.error().WithContext(dir));
     weights = InspectWeights{bound->num_params, bound->num_tensors_used, bound->num_tensors_ignored, bound->has_mtp};
+    groups = BytesByLayer(**files);
   }
   const ModelConfig& c = *cfg;
   const ModelSummary s = Summarize(c);
@@ -289,6 +296,24 @@ int RunInspect(const std::string& dir, const std::string& config_file, bool as_j
     out["tensors_ignored"] = weights->num_tensors_ignored;
     out["mtp_layers"] = weights->has_mtp ? 1 : 0;
   }
+  // Quantization: the scheme and the tensor bytes of each layer (docs/quantization.md).
+  int64_t q_total = 0, hp_total = 0;
+  out["quantization"] = {{"scheme", QuantSchemeName(c.quant.scheme)}, {"quant_method", c.quant.quant_method}};
+  if (groups) {
+    json bytes = json::object();
+    for (const auto& [key, g] : *groups) {
+      bytes[key] = {{"quantized", g.quantized}, {"high_precision", g.high_precision},
+                    {"quantized_weights", g.num_quantized_weights}};
+      q_total += g.quantized;
+      hp_total += g.high_precision;
+    }
+    out["quantization"]["bytes_quantized"] = q_total;
+    out["quantization"]["bytes_high_precision"] = hp_total;
+    out["quantization"]["bytes_by_layer"] = bytes;
+  }
+  if (c.quant.scheme == QuantScheme::kFp8Block) {
+    out["quantization"]["weight_block_size"] = {c.quant.block_n, c.quant.block_k};
+  }
   if (as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -311,6 +336,16 @@ int RunInspect(const std::string& dir, const std::string& config_file, bool as_j
   if (weights && weights->has_mtp) {
     std::printf("MTP layer         layers.%lld (MLA + dense SwiGLU + shared_head; docs/engine.md \"MTP layer\")\n",
                 (long long)c.num_hidden_layers);
+  }
+  if (groups) {
+    std::printf("quantization      %s%s: %lld bytes quantized (weights + scales), %lld high precision\n",
+                QuantSchemeName(c.quant.scheme),
+                c.quant.quant_method.empty() ? "" : (" (quant_method " + c.quant.quant_method + ")").c_str(),
+                (long long)q_total, (long long)hp_total);
+    for (const auto& [key, g] : *groups) {
+      std::printf("  %-15s %10lld quantized (%lld weights) %10lld high precision\n", key.c_str(),
+                  (long long)g.quantized, (long long)g.num_quantized_weights, (long long)g.high_precision);
+    }
   }
   std::printf("layers           ");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -373,11 +408,12 @@ int Main(int argc, char** argv) {
   insp->add_option("--config", i_config, "a config.json alone (architecture and sizes; no weights)");
   insp->add_flag("--json", i_json);
 
-  std::function<int()> feedback_runner, serve_runner, eval_runner, plan_runner;
+  std::function<int()> feedback_runner, serve_runner, eval_runner, plan_runner, quantize_runner;
   AddFeedbackCommands(app, &feedback_runner);
   AddPlanCommand(app, &plan_runner);
   AddServeCommand(app, &serve_runner);
   AddEvalCommand(app, &eval_runner);
+  AddQuantizeCommands(app, &quantize_runner);
 
   // vLLM's two-letter short flag, which CLI11 cannot declare: -tp N / -tp=N.
   std::vector<std::string> args;
@@ -406,6 +442,7 @@ int Main(int argc, char** argv) {
   if (serve_runner) return serve_runner();
   if (eval_runner) return eval_runner();
   if (plan_runner) return plan_runner();
+  if (quantize_runner) return quantize_runner();
   return 2;
 }
 

@@ -1,5 +1,6 @@
 #include "feedback/verify_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -35,6 +36,11 @@ std::string VerifyOpsReport::Human() const {
     }
     s += buf;
   }
+  if (!not_covered.empty()) {
+    s += "  not on this backend (not run):";
+    for (const auto& n : not_covered) s += " " + n;
+    s += "\n";
+  }
   std::snprintf(buf, sizeof buf, "%zu checks, %d failed\n", rows.size(), num_failed());
   return s + buf;
 }
@@ -43,6 +49,7 @@ nlohmann::json VerifyOpsReport::Json() const {
   nlohmann::json j;
   j["seed"] = seed;
   j["failed"] = num_failed();
+  j["not_covered"] = not_covered;
   j["checks"] = nlohmann::json::array();
   for (const auto& r : rows) {
     j["checks"].push_back({{"op", r.op},
@@ -71,6 +78,10 @@ VerifyOpsReport VerifyOps(const std::vector<ops::OpSpec>& list, const std::strin
   uint64_t k = 0;
   for (const auto& op : all) {
     if (!only.empty() && op.name != only) continue;
+    if (std::find(op.backends.begin(), op.backends.end(), backend) == op.backends.end()) {
+      rep.not_covered.push_back(op.name);
+      continue;
+    }
     for (const auto& shape : op.shapes) {
       const double tolerance = shape.tolerance > 0 ? shape.tolerance : op.tolerance;
       OpCheckRow row{op.name, shape.label, ops::BackendName(backend),

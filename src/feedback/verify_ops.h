@@ -28,6 +28,8 @@ struct OpCheckRow {
 struct VerifyOpsReport {
   uint64_t seed = 0;
   std::vector<OpCheckRow> rows;
+  // Ops selected but without the requested backend (OpSpec::backends): not run, not failed.
+  std::vector<std::string> not_covered;
   int num_failed() const;
   std::string Human() const;
   nlohmann::json Json() const;

@@ -9,9 +9,25 @@
 #include "ops/attention.h"
 #include "ops/kda.h"
 #include "ops/reference.h"
+#include "ops/registry_quant.h"
 
 namespace gyre::feedback {
 namespace {
+
+// A CPU-only op (the quantization ops) is listed as not covered on cuda, neither run nor failed.
+TEST(VerifyOps, CpuOnlyOpsAreNotCoveredOnCuda) {
+  const std::vector<ops::OpSpec> quant = ops::QuantOpSpecs();
+  const VerifyOpsReport r = VerifyOps(quant, "", ops::Backend::kCuda, 1);
+  EXPECT_TRUE(r.rows.empty());
+  EXPECT_EQ(r.num_failed(), 0);
+  ASSERT_EQ(r.not_covered.size(), quant.size());
+  EXPECT_EQ(r.not_covered[0], quant[0].name);
+  EXPECT_NE(r.Human().find("not on this backend"), std::string::npos);
+  EXPECT_EQ(r.Json()["not_covered"].size(), quant.size());
+  const VerifyOpsReport cpu = VerifyOps(quant, "", ops::Backend::kCpu, 1);
+  EXPECT_TRUE(cpu.not_covered.empty());
+  EXPECT_FALSE(cpu.rows.empty());
+}
 
 TEST(VerifyOps, EveryRegisteredOpPassesOnCpu) {
   const VerifyOpsReport r = VerifyOps({}, "", ops::Backend::kCpu, 12345);

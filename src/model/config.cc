@@ -481,6 +481,43 @@ Status Validate(const ModelConfig& c) {
   return Status();
 }
 
+// ---- quantization_config -------------------------------------------------------------------------
+
+// The top-level `quantization_config` (docs/quantization.md): absent or null → none.
+Status ParseQuantConfig(const json& j, QuantConfig* q) {
+  auto it = j.find("quantization_config");
+  if (it == j.end() || it->is_null()) return Status();
+  if (!it->is_object()) return Status::InvalidArgument("quantization_config must be an object");
+  const json& qc = *it;
+  auto m = qc.find("quant_method");
+  if (m == qc.end() || !m->is_string()) return Status::InvalidArgument("quantization_config has no quant_method");
+  q->quant_method = m->get<std::string>();
+  if (q->quant_method == "fp8") {
+    q->scheme = QuantScheme::kFp8Block;
+    auto bs = qc.find("weight_block_size");
+    if (bs == qc.end() || bs->is_null()) {
+      return Status::Unimplemented("quantization_config: fp8 without weight_block_size (per-tensor FP8) is not supported");
+    }
+    if (!bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer() ||
+        (*bs)[0].get<int64_t>() < 1 || (*bs)[1].get<int64_t>() < 1 || (*bs)[0].get<int64_t>() > (1 << 16) ||
+        (*bs)[1].get<int64_t>() > (1 << 16)) {
+      return Status::InvalidArgument("quantization_config.weight_block_size must be two positive integers");
+    }
+    q->block_n = (*bs)[0].get<int64_t>();
+    q->block_k = (*bs)[1].get<int64_t>();
+  } else if (q->quant_method == "gyre-int8") {
+    q->scheme = QuantScheme::kInt8Channel;
+  } else {
+    return Status::Unimplemented("quantization_config.quant_method '" + q->quant_method +
+                                 "' is not supported (supported: fp8, gyre-int8)");
+  }
+  auto act = qc.find("activation_scheme");
+  if (act != qc.end() && !act->is_null() && (!act->is_string() || *act != "dynamic")) {
+    return Status::Unimplemented("quantization_config.activation_scheme must be \"dynamic\"");
+  }
+  return Status();
+}
+
 }  // namespace
 
 Result<ModelConfig> ParseModelConfig(const std::string& json_text) {
@@ -522,6 +559,7 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text) {
     return Status::InvalidArgument(std::string("config.json: ") + e.what());
   }
   GYRE_RETURN_IF_ERROR(Validate(c));
+  GYRE_RETURN_IF_ERROR(ParseQuantConfig(j, &c.quant));
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "quant/scheme.h"
 
 namespace gyre {
 
@@ -88,6 +89,11 @@ struct ModelConfig {
   // 0 when the file does not say. `gyre serve` caps --max-model-len by it.
   int64_t max_position_embeddings = 0;
 
+  // config.json `quantization_config` (top level); scheme kNone when absent. Supported:
+  // {quant_method: "fp8", weight_block_size: [bn, bk], activation_scheme: "dynamic"} and
+  // {quant_method: "gyre-int8", activation_scheme: "dynamic"} (docs/quantization.md).
+  QuantConfig quant;
+
   int64_t NumLayers(AttnKind k) const;
 };
 
@@ -95,7 +101,8 @@ struct ModelConfig {
 // (message lists the supported ones), wrong field types, or a config transformers would reject
 // (num_attention_heads != num_key_value_heads, index_topk % index_kpool != 0, rope dim > 0 for
 // glm5, list lengths != num_hidden_layers, unknown layer type names, num_nextn_predict_layers
-// other than 0 or 1).
+// other than 0 or 1), and an unsupported quantization_config (Unimplemented for a quant_method or
+// activation_scheme gyre does not run, InvalidArgument for a malformed one).
 Result<ModelConfig> ParseModelConfig(const std::string& json_text);
 // Reads `dir`/config.json (NotFound if absent) and parses it; merges eos ids from
 // `dir`/generation_config.json when present.

@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "quant/quant.h"
+
 namespace gyre {
 
 namespace {
@@ -22,7 +24,9 @@ class Binder {
              bool keep_f32 = false, bool absolute = false) {
     const std::string full = absolute ? name : prefix_ + name;
     GYRE_RETURN_IF_ERROR(src_.Fetch(full, shape, keep_f32, out));
-    if (opts_.round_to_bf16 && !keep_f32) RoundBf16InPlace(*out);
+    last_quant_ = src_.Quantized(full);
+    // A quantized weight keeps its dequantized values exactly: they are what W8A8 multiplies.
+    if (opts_.round_to_bf16 && !keep_f32 && !last_quant_) RoundBf16InPlace(*out);
     num_params_ += static_cast<int64_t>(out->size());
     ++num_used_;
     return Status();
@@ -30,8 +34,12 @@ class Binder {
   Status Mat(const std::string& name, int64_t rows, int64_t cols, Matrix* m, bool keep_f32 = false) {
     m->rows = rows;
     m->cols = cols;
-    return Get(name, {rows, cols}, &m->data, keep_f32);
+    GYRE_RETURN_IF_ERROR(Get(name, {rows, cols}, &m->data, keep_f32));
+    m->quant = last_quant_;
+    return Status();
   }
+  // The quantized storage of the tensor the last Get fetched (nullptr when stored unquantized).
+  std::shared_ptr<const QuantizedWeight> last_quant() const { return last_quant_; }
   Status Vec(const std::string& name, int64_t n, std::vector<float>* v, bool keep_f32 = false) {
     return Get(name, {n}, v, keep_f32);
   }
@@ -43,6 +51,7 @@ class Binder {
   std::string prefix_;
   BindOptions opts_;
   int64_t num_params_ = 0, num_used_ = 0;
+  std::shared_ptr<const QuantizedWeight> last_quant_;
 };
 
 // On-disk FFN naming: glm5_next uses `mlp.` with gate/up/down_proj everywhere; kimi_linear puts
@@ -164,27 +173,79 @@ Status BindMtp(Binder& b, const std::string& p, const ModelConfig& c, MtpWeights
 
 class FileSource : public TensorSource {
  public:
-  explicit FileSource(const WeightFiles& f) : files_(f) {}
+  FileSource(const WeightFiles& f, const QuantConfig& q) : files_(f), quant_(q) {}
   Status Fetch(const std::string& full, const std::vector<int64_t>& shape, bool, std::vector<float>* out) override {
+    last_.reset();
     const TensorView* t = files_.Find(full);
     if (!t) return Status::NotFound("missing tensor '" + full + "'");
     if (t->shape != shape) {
       return Status::InvalidArgument("tensor '" + full + "': expected shape " + ShapeStr(shape) + ", found " +
                                      ShapeStr(t->shape));
     }
+    const bool fp8_blocks = t->dtype == DType::kF8E4M3 && files_.Find(full + "_scale_inv");
+    if (fp8_blocks || t->dtype == DType::kI8) {
+      GYRE_ASSIGN_OR_RETURN(QuantizedWeight qw, LoadQuantized(full, *t));
+      *out = Dequantize(qw);
+      last_ = std::make_shared<const QuantizedWeight>(std::move(qw));
+      ++num_scales_;
+      return Status();
+    }
     switch (t->dtype) {
       case DType::kF32: case DType::kBF16: case DType::kF16: case DType::kF8E4M3: case DType::kF8E5M2: break;
       default:
         return Status::InvalidArgument("tensor '" + full + "': unsupported dtype " + std::string(DTypeName(t->dtype)) +
-                                       " (expected F32, BF16, F16, F8_E4M3 or F8_E5M2)");
+                                       " (expected F32, BF16, F16, F8_E4M3, F8_E5M2, or I8 with a weight_scale)");
     }
     out->resize(t->numel());
     ConvertToF32(t->dtype, t->data, out->size(), out->data());
     return Status();
   }
+  std::shared_ptr<const QuantizedWeight> Quantized(const std::string&) override { return last_; }
+  // Scale tensors read (one per quantized weight).
+  int64_t num_scales() const { return num_scales_; }
 
  private:
+  // An F8_E4M3 weight with `name`_scale_inv [ceil(N/bn), ceil(K/bk)] (bn, bk from the config's
+  // weight_block_size, 128 by default), or an I8 weight with `name`_scale [N, 1] or [N].
+  Result<QuantizedWeight> LoadQuantized(const std::string& name, const TensorView& t) {
+    if (t.shape.size() != 2) return Status::InvalidArgument("quantized tensor '" + name + "' is not 2-D");
+    QuantizedWeight qw;
+    qw.rows = t.shape[0];
+    qw.cols = t.shape[1];
+    std::string scale_name;
+    std::vector<int64_t> want;
+    if (t.dtype == DType::kF8E4M3) {
+      qw.scheme = QuantScheme::kFp8Block;
+      qw.block_n = quant_.block_n;
+      qw.block_k = quant_.block_k;
+      scale_name = name + "_scale_inv";
+      want = {qw.scale_rows(), qw.scale_cols()};
+    } else {
+      qw.scheme = QuantScheme::kInt8Channel;
+      scale_name = name + "_scale";
+      want = {qw.rows, 1};
+    }
+    const TensorView* s = files_.Find(scale_name);
+    if (!s) return Status::NotFound("quantized tensor '" + name + "' has no '" + scale_name + "'");
+    const bool shape_ok = s->shape == want || (qw.scheme == QuantScheme::kInt8Channel && s->shape == std::vector{qw.rows});
+    if (!shape_ok) {
+      return Status::InvalidArgument("tensor '" + scale_name + "': expected shape " + ShapeStr(want) + ", found " +
+                                     ShapeStr(s->shape) + " (weight_block_size [" + std::to_string(quant_.block_n) +
+                                     ", " + std::to_string(quant_.block_k) + "])");
+    }
+    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
+      return Status::InvalidArgument("tensor '" + scale_name + "': scales must be F32, BF16 or F16");
+    }
+    qw.q.assign(t.data, t.data + t.nbytes);
+    qw.scale.resize(s->numel());
+    ConvertToF32(s->dtype, s->data, qw.scale.size(), qw.scale.data());
+    return qw;
+  }
+
   const WeightFiles& files_;
+  QuantConfig quant_;
+  std::shared_ptr<const QuantizedWeight> last_;
+  int64_t num_scales_ = 0;
 };
 
 }  // namespace
@@ -207,6 +268,7 @@ Result<ModelWeights> BindWeightsFrom(const ModelConfig& c, TensorSource& src, co
     mw.lm_head.rows = V;
     mw.lm_head.cols = D;
     GYRE_RETURN_IF_ERROR(b.Get("lm_head.weight", {V, D}, &mw.lm_head.data, false, /*absolute=*/true));
+    mw.lm_head.quant = b.last_quant();
   }
   mw.layers.resize(c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -251,9 +313,9 @@ Result<ModelWeights> BindWeights(const ModelConfig& c, const WeightFiles& files,
     }
   }
   if (prefix.empty()) return Status::NotFound("missing tensor '" + WeightPrefix(c) + "embed_tokens.weight'");
-  FileSource src(files);
+  FileSource src(files, c.quant);
   GYRE_ASSIGN_OR_RETURN(ModelWeights mw, BindWeightsFrom(c, src, prefix, opts));
-  mw.num_tensors_ignored = static_cast<int64_t>(files.Names().size()) - mw.num_tensors_used;
+  mw.num_tensors_ignored = static_cast<int64_t>(files.Names().size()) - mw.num_tensors_used - src.num_scales();
   return mw;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,10 @@ class TensorSource {
   virtual ~TensorSource() = default;
   virtual Status Fetch(const std::string& name, const std::vector<int64_t>& shape, bool keep_f32,
                        std::vector<float>* out) = 0;
+  // The quantized storage of tensor `name` when the source holds it quantized (FP8 blocks with
+  // `name`_scale_inv, INT8 with `name`_scale), else nullptr: most sources hold none. Called after
+  // a successful Fetch of the same name, whose values are then the dequantized ones.
+  virtual std::shared_ptr<const QuantizedWeight> Quantized(const std::string& name) { return nullptr; }
 };
 Result<ModelWeights> BindWeightsFrom(const ModelConfig& config, TensorSource& src, const std::string& prefix,
                                      const BindOptions& opts = {});

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
+
+#include "quant/quant.h"
 
 namespace gyre::ops {
 
@@ -21,8 +24,36 @@ void LinearF32(const float* x, int64_t n, const Matrix& w, float* y, int64_t ldx
               0.0f, y, static_cast<int>(w.rows));
 }
 
+namespace {
+// W8A8 (docs/quantization.md). FP8: x quantized per token and block_k group, then the product of
+// the dequantized operands by BLAS — GemmFp8BlockRef's sum in another order (fp32 reassociation
+// only; ops_test checks it). INT8: GemmInt8Ref, exact int32 sums.
+void LinearW8A8(const float* x, int64_t n, const Matrix& w, float* y, int64_t ldx) {
+  const QuantizedWeight& qw = *w.quant;
+  const int64_t K = w.cols;
+  if (qw.scheme == QuantScheme::kInt8Channel) {
+    std::vector<int8_t> qa(n * K);
+    std::vector<float> sa(n);
+    QuantizeActInt8(x, n, K, qa.data(), sa.data(), ldx);
+    GemmInt8Ref(qa.data(), sa.data(), n, qw, y);
+    return;
+  }
+  const int64_t ng = qw.num_groups();
+  std::vector<uint8_t> qa(n * K);
+  std::vector<float> sa(n * ng), xd(n * K);
+  QuantizeActFp8(x, n, K, qw.block_k, qa.data(), sa.data(), ldx);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < K; ++j) xd[i * K + j] = F8E4M3ToF32(qa[i * K + j]) * sa[i * ng + j / qw.block_k];
+  LinearF32(xd.data(), n, w, y);
+}
+}  // namespace
+
 void Linear(const float* x, int64_t n, const Matrix& w, float* y, const Numerics& num, int64_t ldx) {
-  LinearF32(x, n, w, y, ldx);
+  if (w.quant && n > 0) {
+    LinearW8A8(x, n, w, y, ldx);
+  } else {
+    LinearF32(x, n, w, y, ldx);
+  }
   num.Round(std::span<float>(y, static_cast<size_t>(n * w.rows)));
 }
 

@@ -15,9 +15,11 @@ namespace gyre::ops {
 
 // y[n, w.rows] = x[n, w.cols] · wᵀ, then rounded by `num`. REQUIRES: x.size() == n * w.cols and
 // y.size() == n * w.rows. `ldx`: row stride of x in elements (0 = w.cols).
+// When `w.quant` is set the product is W8A8 (quant/quant.h LinearW8A8: x quantized on the fly).
 void Linear(const float* x, int64_t n, const Matrix& w, float* y, const Numerics& num, int64_t ldx = 0);
 
-// Same as Linear but always fp32, no rounding (router logits, mHC mix, indexer scores).
+// Same as Linear but always fp32, no rounding (router logits, mHC mix, indexer scores). Ignores
+// `w.quant`: a quantized weight is used at its dequantized values.
 void LinearF32(const float* x, int64_t n, const Matrix& w, float* y, int64_t ldx = 0);
 
 // y[n, d] = rows `ids` of table[V, d]. REQUIRES: every id in [0, V).

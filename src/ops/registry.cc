@@ -14,6 +14,7 @@
 #include "ops/kda.h"
 #include "ops/moe.h"
 #include "ops/reference.h"
+#include "ops/registry_quant.h"
 #ifdef GYRE_CUDA
 #include "ops/cuda/elementwise_host.h"
 #include "ops/cuda/mla_host.h"
@@ -754,6 +755,8 @@ std::vector<OpSpec> BuildRegistry() {
                                       S({{"T", 5}, {"E", 8}, {"K", 2}, {"D", 64}, {"I", 32}}),
                                       S({{"T", 33}, {"E", 16}, {"K", 4}, {"D", 128}, {"I", 64}}),
                                       S({{"T", 70}, {"E", 8}, {"K", 2}, {"D", 70}, {"I", 40}})}));
+  // W8A8 quantizers and GEMMs (ops/registry_quant.cc).
+  for (OpSpec& q : QuantOpSpecs()) r.push_back(std::move(q));
   return r;
 }
 

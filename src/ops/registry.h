@@ -47,6 +47,9 @@ struct OpSpec {
   std::string tolerance_class;    // "fp32-reassociation", "fp32-iterative", "exact"
   double tolerance = 1e-5;        // rel-L2 bound for fp32
   std::vector<OpShape> shapes;
+  // The backends the op has. `verify ops` on another backend lists the op as not covered there
+  // instead of running it (the quantization ops are CPU-only: docs/quantization.md).
+  std::vector<Backend> backends = {Backend::kCpu, Backend::kCuda};
   std::function<Cost(const OpShape&)> cost;
   // Fresh random inputs from `seed`; outputs poisoned with NaN; backend vs reference.
   std::function<Result<CheckResult>(const OpShape&, uint64_t seed, Backend)> check;
