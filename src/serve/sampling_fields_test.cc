@@ -4,12 +4,7 @@
 // seeds seed + i; bad values are 400s naming the field.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
-#include "engine/engine.h"
-#include "runtime/random_model_for_tests.h"
-#include "serve/server_test_fixture.h"
+#include "serve/engine_server_for_tests.h"
 
 namespace gyre::serve::testing {
 namespace {
@@ -17,48 +12,18 @@ namespace {
 class SamplingFieldsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = std::string(GYRE_SOURCE_DIR) + "/tests/fixtures/glm5_tiny";
-    auto t = Tokenizer::FromFile(dir);
-    ASSERT_TRUE(t.ok()) << t.error().ToString();
-    tok_ = std::move(*t);
-    std::ifstream in(dir + "/config.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    model_ = RandomModel(ss.str().c_str(), 5);
-    ASSERT_TRUE(model_);
     EngineOptions eo;
     eo.max_num_seqs = 4;
     eo.enable_prefix_caching = true;  // n choices share the prompt's full blocks
-    auto e = Engine::Create(*model_, eo);
-    ASSERT_TRUE(e.ok()) << e.error().ToString();
-    engine_ = std::move(*e);
-    ASSERT_TRUE(engine_->Start().ok());
-    ServerDeps d;
-    d.engine = engine_.get();
-    d.tokenizer = tok_.get();
-    d.tokenizer_config.eos_token = "<|endoftext|>";
-    ServerOptions so;
-    so.http.port = 0;
-    so.http.num_threads = 2;
-    so.served_model_name = "tiny";
-    so.kv_page_tokens = 16;
-    auto s = Server::Create(std::move(d), so);
-    ASSERT_TRUE(s.ok()) << s.error().ToString();
-    server_ = std::move(*s);
-    ASSERT_TRUE(server_->Start().ok());
+    es_.Start(5, eo);
   }
-  void TearDown() override {
-    if (server_) server_->Stop(500);
-  }
+  void TearDown() override { es_.Stop(); }
   // POST /v1/completions with `extra` over a 40-token prompt of ids, logprobs on (so the ids come
   // back as tokens) and temperature 0 unless `extra` says otherwise.
   Json Complete(const Json& extra, int* status = nullptr) {
     Json body = {{"model", "tiny"}, {"prompt", Prompt()}, {"max_tokens", 8}, {"temperature", 0}};
     for (const auto& [k, v] : extra.items()) body[k] = v;
-    Client c(server_->port());
-    EXPECT_TRUE(c.ok());
-    c.Send("POST", "/v1/completions", body.dump());
-    const Reply r = c.Read(60000);
+    const Reply r = es_.Post("/v1/completions", body.dump());
     if (status) *status = r.status;
     return r.json();
   }
@@ -67,12 +32,9 @@ class SamplingFieldsTest : public ::testing::Test {
     for (int i = 0; i < 40; ++i) ids.push_back(100 + (i * 37) % 500);
     return ids;
   }
-  std::string Text(const std::vector<int32_t>& ids) const { return *tok_->Decode(ids); }
+  std::string Text(const std::vector<int32_t>& ids) const { return *es_.tok->Decode(ids); }
 
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<Server> server_;
+  EngineServer es_;
 };
 
 TEST_F(SamplingFieldsTest, LogitBiasForcesATokenEvenWhenSampling) {
@@ -87,7 +49,7 @@ TEST_F(SamplingFieldsTest, LogitBiasForcesATokenEvenWhenSampling) {
 }
 
 TEST_F(SamplingFieldsTest, MinTokensKeepsEosOutUntilReached) {
-  const int32_t eos = model_->config().eos_token_ids.at(0);
+  const int32_t eos = es_.model->config().eos_token_ids.at(0);
   const Json bias = {{std::to_string(eos), 100}};
   const Json early = Complete({{"logit_bias", bias}});
   EXPECT_EQ(early["usage"]["completion_tokens"], 1);
