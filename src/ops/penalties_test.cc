@@ -111,12 +111,12 @@ TEST(Penalties, FrequencyAndPresenceCountOnlyTheOutput) {
   TokenCounts c;
   c.Reset(3);
   c.Add(0, 0, 2);  // prompt: no frequency/presence penalty
-  c.Add(1, 1, 2);
-  c.Add(1, 2, 2);  // output twice
-  c.Add(1, 3, 2);  // and thrice
-  c.Add(2, 4, 2);
+  c.Add(1, 1, 2);  // prompt too: not counted below
+  c.Add(1, 2, 2);  // output: twice
+  c.Add(1, 3, 2);
+  c.Add(2, 4, 2);  // output: once
   ApplyPenalties(row, p, {}, {}, 0, &c);
-  EXPECT_EQ(row, (std::vector<float>{0.0f, -2.5f, -1.5f}));
+  EXPECT_EQ(row, (std::vector<float>{0.0f, -2.0f, -1.5f}));
 }
 
 TEST(Penalties, NeutralParametersLeaveTheRowUnchanged) {

@@ -90,6 +90,10 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     }
   }
 
+  // The request was answered with an error before Begin: events of choices already submitted
+  // are dropped.
+  void Abandon() { done_ = true; }
+
   void OnToken(int64_t c, const TokenEvent& ev) {
     Choice& ch = *choices_[c];
     if (done_ || ch.done) return;
@@ -581,6 +585,7 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     }
     auto submitted = cfg_.engine->Submit(std::move(pi), std::make_shared<RunSink>(run, ex, i));
     if (!submitted.ok()) {
+      run->Abandon();  // the choices submitted before finish into nothing
       for (RequestId id : ids) cfg_.engine->Cancel(id);
       ApiError e = ApiError::FromStatus(submitted.error());
       if (e.code == "context_length_exceeded") e.param = prompt_field;
