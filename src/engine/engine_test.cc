@@ -446,6 +446,7 @@ TEST_P(EngineOnRunner, SeededPenaltiesDoNotDependOnTheBatch) {
       auto first = std::make_shared<Collector>();
       RequestParams q = mine;
       q.max_tokens = 2;
+      q.sampling.min_tokens = 0;
       EXPECT_TRUE((*engine)->Submit(q, first).ok());
       first->Wait();
     }
@@ -464,7 +465,9 @@ TEST_P(EngineOnRunner, SeededPenaltiesDoNotDependOnTheBatch) {
     for (auto& s : sinks) s->Wait();
     const EngineStats st = (*engine)->Stats();
     (*engine)->Stop();
-    if (warm_cache) EXPECT_GT(st.prefix_cache_hit_tokens, 0);
+    if (warm_cache) {
+      EXPECT_GT(st.prefix_cache_hit_tokens, 0);
+    }
     return sink->ids;
   };
   const RequestParams p = PenalizedRequest();
@@ -492,7 +495,7 @@ TEST_P(EngineOnRunner, SeededPenaltiesDoNotDependOnTheBatch) {
 }
 
 // Greedy with penalties on the backend equals the CPU runner's tokens (on CUDA the counts live
-// and the processing runs on the device: `test_engine --gtest_filter='*Penalt*cuda*'` on a GPU).
+// and the processing runs on the device: `test_engine --gtest_filter='*Penal*cuda*'` on a GPU).
 TEST_P(EngineOnRunner, PenalizedGreedyMatchesTheCpuRunner) {
   auto model = MakeModel();
   auto run = [&](const Backend& be) {
