@@ -86,6 +86,26 @@ int64_t PagesFor(const EngineOptions& eo) {
   return CpuRunner::PagesForBytes(*ParseModelConfig(kConfig), eo.kv_page_tokens, eo.kv_memory_bytes);
 }
 
+// Submits `reqs` together to an engine over a fresh runner of `be` and waits for them all.
+std::vector<std::shared_ptr<Collector>> RunTogether(const Backend& be, const Model& model, const EngineOptions& eo,
+                                                    const std::vector<RequestParams>& reqs) {
+  auto r = be.make(model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+  EXPECT_TRUE(r.ok());
+  if (!r.ok()) return {};
+  auto engine = Engine::Create(**r, eo);
+  EXPECT_TRUE(engine.ok());
+  if (!engine.ok()) return {};
+  EXPECT_TRUE((*engine)->Start().ok());
+  std::vector<std::shared_ptr<Collector>> sinks;
+  for (const RequestParams& p : reqs) {
+    sinks.push_back(std::make_shared<Collector>());
+    EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+  }
+  for (auto& s : sinks) s->Wait();
+  (*engine)->Stop();
+  return sinks;
+}
+
 // Standalone generation on a fresh runner of the same backend (one sequence, enough pages).
 std::vector<int32_t> Standalone(const Backend& be, const Model& model, const std::vector<int32_t>& prompt,
                                 const GenerateOptions& go) {
@@ -387,28 +407,20 @@ TEST_P(EngineOnRunner, MaskedGreedyMatchesTheCpuRunner) {
   auto run = [&](const Backend& be) {
     EngineOptions eo;
     eo.max_num_seqs = 3;
-    auto r = be.make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
-    EXPECT_TRUE(r.ok());
-    auto engine = Engine::Create(**r, eo);
-    EXPECT_TRUE(engine.ok());
-    EXPECT_TRUE((*engine)->Start().ok());
-    std::vector<std::shared_ptr<Collector>> sinks;
+    std::vector<RequestParams> reqs;
     for (int i = 0; i < 3; ++i) {
       RequestParams p;
       p.prompt = Ids(7 + 5 * i, 300 + i);
       p.max_tokens = 16;
       p.ignore_eos = true;
       p.constraint = std::make_shared<StepConstraint>(14);
-      sinks.push_back(std::make_shared<Collector>());
-      EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+      reqs.push_back(p);
     }
     std::vector<std::vector<int32_t>> out;
-    for (auto& s : sinks) {
-      s->Wait();
+    for (const auto& s : RunTogether(be, *model, eo, reqs)) {
       EXPECT_EQ(s->reason, FinishReason::kStop);
       out.push_back(s->ids);
     }
-    (*engine)->Stop();
     return out;
   };
   EXPECT_EQ(run(GetParam()), run(Backends()[0]));
@@ -502,26 +514,16 @@ TEST_P(EngineOnRunner, PenalizedGreedyMatchesTheCpuRunner) {
     EngineOptions eo;
     eo.max_num_seqs = 3;
     eo.max_num_batched_tokens = 16;
-    auto r = be.make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
-    EXPECT_TRUE(r.ok());
-    auto engine = Engine::Create(**r, eo);
-    EXPECT_TRUE(engine.ok());
-    EXPECT_TRUE((*engine)->Start().ok());
-    std::vector<std::shared_ptr<Collector>> sinks;
+    std::vector<RequestParams> reqs;
     for (int i = 0; i < 3; ++i) {
       RequestParams p = PenalizedRequest();
       p.prompt = Ids(7 + 9 * i, 300 + i);
       p.sampling.temperature = 0.0f;
       p.sampling.repetition_penalty = 1.2f + 0.3f * i;
-      sinks.push_back(std::make_shared<Collector>());
-      EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+      reqs.push_back(p);
     }
     std::vector<std::vector<int32_t>> out;
-    for (auto& s : sinks) {
-      s->Wait();
-      out.push_back(s->ids);
-    }
-    (*engine)->Stop();
+    for (const auto& s : RunTogether(be, *model, eo, reqs)) out.push_back(s->ids);
     return out;
   };
   EXPECT_EQ(run(GetParam()), run(Backends()[0]));

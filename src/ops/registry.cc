@@ -738,18 +738,23 @@ struct PenaltiesOp : NoNote {
                      &in.counts[i]);
     Unmask(*out);
   }
+  // Row i's parameters as the reference takes them (num_generated is 0).
+  static ref::PenaltyRow RowOf(const Inputs& in, int64_t i) {
+    ref::PenaltyRow row;
+    for (const LogitBias& b : in.bias[i]) row.bias.emplace_back(b.id, b.bias);
+    row.stop_ids = in.stops[i];
+    row.mask_stops = 0 < in.params[i].min_tokens;
+    row.output_counts = in.counts[i].output;
+    row.in_prompt = in.counts[i].prompt;
+    row.presence = in.params[i].presence_penalty;
+    row.frequency = in.params[i].frequency_penalty;
+    row.repetition = in.params[i].repetition_penalty;
+    return row;
+  }
   static ref::Vec Ref(const Inputs& in) {
     ref::Vec y;
     for (int64_t i = 0; i < in.rows; ++i) {
-      ref::PenaltyRow row;
-      for (const LogitBias& b : in.bias[i]) row.bias.emplace_back(b.id, b.bias);
-      row.stop_ids = in.stops[i];
-      row.mask_stops = 0 < in.params[i].min_tokens;
-      row.output_counts = in.counts[i].output;
-      row.in_prompt = in.counts[i].prompt;
-      row.presence = in.params[i].presence_penalty;
-      row.frequency = in.params[i].frequency_penalty;
-      row.repetition = in.params[i].repetition_penalty;
+      const ref::PenaltyRow row = RowOf(in, i);
       const std::vector<float> x(in.logits.begin() + i * in.vocab, in.logits.begin() + (i + 1) * in.vocab);
       const ref::Vec yi = ref::Penalties(x, row);
       y.insert(y.end(), yi.begin(), yi.end());
@@ -765,10 +770,11 @@ struct PenaltiesOp : NoNote {
     std::vector<int32_t> counts;
     std::vector<uint8_t> prompt;
     for (int64_t i = 0; i < in.rows; ++i) {
+      const ref::PenaltyRow r = RowOf(in, i);
       cuda::PenaltyRowsHost::Row row;
-      for (const LogitBias& b : in.bias[i]) row.bias.emplace_back(b.id, b.bias);
-      row.stop_ids = in.stops[i];
-      row.mask_stops = 0 < in.params[i].min_tokens;
+      for (const auto& [id, b] : r.bias) row.bias.emplace_back(id, static_cast<float>(b));
+      row.stop_ids = r.stop_ids;
+      row.mask_stops = r.mask_stops;
       row.presence = in.params[i].presence_penalty;
       row.frequency = in.params[i].frequency_penalty;
       row.repetition = in.params[i].repetition_penalty;
