@@ -45,8 +45,8 @@ constexpr RequestField kFields[] = {
      "'auto' (the default with tools) and 'none' are honoured; 'required' and a named function are refused "
      "(constrained decoding)"},
     {"n", kBoth, kHon, "",
-     "1 to 128 choices, each generated as its own engine request (seed + i with a seed); streamed chunks carry "
-     "their choice's index; usage counts the prompt once"},
+     "1 to 128 choices, each its own engine request (seed + i with a seed; with prefix caching the prompt is "
+     "prefilled once); streamed chunks carry their choice's index; usage counts the prompt once"},
     {"best_of", kBoth, kDef, "[1]", "is not supported yet (only 1): gyre does not rank extra candidates"},
     {"frequency_penalty", kBoth, kHon, "", "in [-2, 2]: minus penalty x the token's count in the output so far"},
     {"presence_penalty", kBoth, kHon, "", "in [-2, 2]: minus penalty for every token the output holds so far"},

@@ -38,6 +38,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // ---- GenerationRun ----------------------------------------------------------------------------
 
+class RunSink;
+
 // One request after a successful Submit: n choices (n > 1: one engine request each), answered
 // together. Every method runs on the exchange's strand.
 class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
@@ -56,6 +58,10 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     std::shared_ptr<RequestRecord> record;  // may be null
     // /v1/responses: the answer in the Responses shapes (chat is true); null otherwise.
     std::shared_ptr<ResponsesOutput> responses;
+    // n > 1 with prefix caching: the engine parameters of choices 1..n-1, submitted once choice 0
+    // has its first token (its prompt blocks are cached by then, so theirs are hits). Empty: every
+    // choice was submitted at once.
+    std::vector<RequestParams> later;
   };
 
   GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
@@ -66,7 +72,10 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
   // Called right after the choices' Submits succeeded (ids[i]: choice i), still inside the
   // handler (so before any event).
   void Begin(const std::vector<RequestId>& ids) {
-    for (size_t i = 0; i < ids.size(); ++i) choices_[i]->id = ids[i];
+    for (size_t i = 0; i < ids.size(); ++i) {
+      choices_[i]->id = ids[i];
+      choices_[i]->submitted = true;
+    }
     std::weak_ptr<GenerationRun> weak = weak_from_this();
     ex_->OnAbort([weak] {
       if (auto self = weak.lock()) self->OnClientGone();
@@ -106,6 +115,8 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     }
     ++ch.num_events;
     ch.last_token = now;
+    if (c == 0) SubmitLater();
+    if (done_) return;  // a later choice was refused
     TextOutput::Delta d = ch.out.OnToken(ev);
     SendDelta(ch, c, d);
     if (d.stopped) {
@@ -122,6 +133,8 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
       Fail(status);
       return;
     }
+    if (c == 0) SubmitLater();  // (choice 0 ended without a token: cancelled)
+    if (done_) return;
     TextOutput::Delta d = ch.out.Finish();
     SendDelta(ch, c, d);
     switch (reason) {
@@ -139,6 +152,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     ChatOutputParser parser;
     std::vector<std::string> call_ids;  // of the tool calls so far, in order
     RequestId id = 0;
+    bool submitted = false;  // to the engine (id is valid)
     bool done = false;
     std::string finish_reason;  // once done
     int64_t num_events = 0;
@@ -150,7 +164,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     done_ = true;
     RecordTokens();
     for (auto& ch : choices_)
-      if (!ch->done) cfg_.engine->Cancel(ch->id);
+      if (ch->submitted && !ch->done) cfg_.engine->Cancel(ch->id);
     cfg_.metrics->CountFinished("abort");
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
   }
@@ -274,7 +288,7 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     done_ = true;
     RecordTokens();
     for (auto& ch : choices_)
-      if (!ch->done) cfg_.engine->Cancel(ch->id);
+      if (ch->submitted && !ch->done) cfg_.engine->Cancel(ch->id);
     ApiError e = ApiError::FromStatus(status);
     if (e.status < 500) e = ApiError::FromStatus(Status::Internal(status.message()));
     e.message = "generation failed: " + e.message;
@@ -292,9 +306,12 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
   }
 
+  // Submits Setup::later (once); a refused one fails the answer.
+  void SubmitLater();
+
   const ServingConfig& cfg_;
   const std::shared_ptr<HttpExchange> ex_;
-  const Setup s_;
+  Setup s_;  // (`later` is moved out by SubmitLater)
   std::vector<std::unique_ptr<Choice>> choices_;  // index = choice index
   bool done_ = false;  // the answer is complete, failed, or the client left
   bool first_token_seen_ = false;
@@ -317,6 +334,21 @@ class RunSink final : public RequestSink {
   const std::shared_ptr<HttpExchange> ex_;
   const int64_t choice_;
 };
+
+void GenerationRun::SubmitLater() {
+  std::vector<RequestParams> later = std::move(s_.later);
+  s_.later.clear();
+  for (size_t k = 0; k < later.size() && !done_; ++k) {
+    const int64_t c = static_cast<int64_t>(k) + 1;
+    auto id = cfg_.engine->Submit(std::move(later[k]), std::make_shared<RunSink>(shared_from_this(), ex_, c));
+    if (!id.ok()) {
+      Fail(id.error());
+      return;
+    }
+    choices_[c]->id = *id;
+    choices_[c]->submitted = true;
+  }
+}
 
 uint64_t RandomSeed() {
   thread_local std::mt19937_64 rng(std::random_device{}());
@@ -570,12 +602,13 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   if (responses) s.responses = std::make_shared<ResponsesOutput>(s.meta, std::move(request.responses));
   if (record) record->SetId(s.meta.id);
   s.record = std::move(record);
-  const int64_t n = s.n;
-  auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
   // n choices: one engine request each, choice i seeded with seed + i (a random seed each without
-  // one). The prompt is prefilled per choice; the prefix cache shares its full blocks once the
-  // first choice has written them. All or nothing: a refused Submit cancels the choices before it.
-  std::vector<RequestId> ids;
+  // one). With prefix caching, choices 1..n-1 are submitted when choice 0 has its first token, so
+  // the prompt's full blocks are prefilled once and hit by the others; without it every choice is
+  // submitted now and prefills the prompt. All or nothing: a refused Submit now cancels the
+  // choices before it (a refused later one fails the answer).
+  const int64_t n = s.n;
+  std::vector<RequestParams> choice_params;
   for (int64_t i = 0; i < n; ++i) {
     RequestParams pi = i + 1 < n ? *params : std::move(*params);
     if (i > 0) pi.sampling.seed = g.seed ? *g.seed + static_cast<uint64_t>(i) : RandomSeed();
@@ -583,7 +616,18 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
       auto grammar = CompiledGrammar(*g.constraint);  // (compiled for choice 0: cached)
       if (grammar.ok()) pi.constraint = std::make_shared<structured::GrammarConstraint>(*grammar);
     }
-    auto submitted = cfg_.engine->Submit(std::move(pi), std::make_shared<RunSink>(run, ex, i));
+    choice_params.push_back(std::move(pi));
+  }
+  const bool stagger = n > 1 && cfg_.engine->Stats().prefix_caching;
+  if (stagger) {
+    s.later.assign(std::make_move_iterator(choice_params.begin() + 1), std::make_move_iterator(choice_params.end()));
+    choice_params.resize(1);
+  }
+  auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < choice_params.size(); ++i) {
+    RequestParams& pi = choice_params[i];
+    auto submitted = cfg_.engine->Submit(std::move(pi), std::make_shared<RunSink>(run, ex, static_cast<int64_t>(i)));
     if (!submitted.ok()) {
       run->Abandon();  // the choices submitted before finish into nothing
       for (RequestId id : ids) cfg_.engine->Cancel(id);

@@ -14,7 +14,7 @@ class SamplingFieldsTest : public ::testing::Test {
   void SetUp() override {
     EngineOptions eo;
     eo.max_num_seqs = 4;
-    eo.enable_prefix_caching = true;  // n choices share the prompt's full blocks
+    eo.enable_prefix_caching = true;  // n choices share the prompt's full blocks (page_tokens 16)
     es_.Start(5, eo);
   }
   void TearDown() override { es_.Stop(); }
@@ -78,6 +78,8 @@ TEST_F(SamplingFieldsTest, NChoicesAreTheRequestsSeededSeedPlusI) {
   many["seed"] = 11;
   const Json j = Complete(many);
   ASSERT_EQ(j["choices"].size(), 3u) << j.dump();
+  // Choices 1 and 2 start after choice 0 has cached the prompt's two full blocks: both hit them.
+  EXPECT_GE(es_.engine->Stats().prefix_cache_hit_tokens, 2 * 32);
   EXPECT_EQ(j["usage"]["prompt_tokens"], 40);
   EXPECT_EQ(j["usage"]["completion_tokens"], 36);
   for (int i = 0; i < 3; ++i) {
