@@ -54,6 +54,7 @@ struct Request {
   std::vector<PageId> pages;    // block table
   bool cancel = false;
   std::vector<uint32_t> mask;   // constrained requests: the allowed tokens of the piece being launched
+  std::vector<int32_t> min_stop_ids;  // min_tokens > 0: the ids that would end it (masked until then)
   // Prefix caching: the cached blocks this request holds; the checkpoint policy's end (the tokens
   // known at admission, aligned down to a block); tokens known at admission (prefill work); a
   // decode checkpoint saved for a block not settled yet (its last token is in flight); the latest
@@ -124,6 +125,14 @@ class EngineImpl final : public Engine {
     if (p.max_tokens < 1) return Status::InvalidArgument("max_tokens must be >= 1");
     if (p.top_logprobs < 0 || p.top_logprobs > 20) return Status::InvalidArgument("top_logprobs must be in [0, 20]");
     GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sampling));
+    if (p.sampling.min_tokens > p.max_tokens)
+      return Status::InvalidArgument("min_tokens (" + std::to_string(p.sampling.min_tokens) +
+                                     ") must be <= max_tokens (" + std::to_string(p.max_tokens) + ")");
+    for (const ops::LogitBias& b : p.logit_bias) {
+      if (b.id < 0 || b.id >= c.vocab_size)
+        return Status::InvalidArgument("logit_bias token id " + std::to_string(b.id) +
+                                       " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    }
     const int64_t need = static_cast<int64_t>(p.prompt.size()) + p.max_tokens;
     if (need > max_model_len_) {
       return Status::InvalidArgument("This model's maximum context length is " + std::to_string(max_model_len_) +
@@ -136,6 +145,13 @@ class EngineImpl final : public Engine {
     r->sink = std::move(sink);
     r->tokens = r->params.prompt;
     r->num_prompt = static_cast<int64_t>(r->tokens.size());
+    if (r->params.sampling.min_tokens > 0) {  // (an id outside the vocabulary is never sampled anyway)
+      for (int32_t id : r->params.stop_ids)
+        if (id >= 0 && id < c.vocab_size) r->min_stop_ids.push_back(id);
+      if (!r->params.ignore_eos)
+        for (int32_t id : c.eos_token_ids)
+          if (id >= 0 && id < c.vocab_size) r->min_stop_ids.push_back(id);
+    }
     r->submitted = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(mu_);
     if (!running_flag_) return Status::Unavailable("the engine is not running");
@@ -399,6 +415,9 @@ class EngineImpl final : public Engine {
       p->sample.params = r->params.sampling;
       p->sample.offset = static_cast<uint64_t>(r->num_generated() + r->pending);
       p->sample.top_logprobs = r->params.top_logprobs;
+      p->sample.logit_bias = r->params.logit_bias;
+      p->sample.stop_ids = r->min_stop_ids;
+      p->num_prompt = r->num_prompt;
       return true;
     };
     // 1. Running requests, oldest first. A request that cannot get a page preempts the newest
@@ -457,6 +476,9 @@ class EngineImpl final : public Engine {
       if (cache_) cache_->CountLookup(known, hit.tokens);
       StepPiece p;
       next_piece(r, &p);  // a fresh request always has a piece (max_tokens >= 1)
+      // The runner forgot the restored slot's token counts: the piece brings them.
+      if (hit.tokens > 0 && ops::HasPenalties(r->params.sampling))
+        p.history = std::span<const int32_t>(r->tokens).first(static_cast<size_t>(hit.tokens));
       Grow(*r, hit.tokens + n);
       sched.push_back(r);
       pieces.push_back(p);

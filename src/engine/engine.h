@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "engine/token_constraint.h"
+#include "ops/penalties.h"
 #include "ops/sampling.h"
 
 namespace gyre {
@@ -35,6 +36,9 @@ struct RequestParams {
   std::vector<int32_t> stop_ids;        // in addition to the model's EOS ids
   bool ignore_eos = false;
   int32_t top_logprobs = 0;             // 0..20: alternatives reported per token (logprob always reported)
+  // Logit processing (ops/penalties.h): sampling has the penalties and min_tokens (<= max_tokens;
+  // it masks EOS — unless ignore_eos — and stop_ids); logit_bias ids < vocab.
+  std::vector<ops::LogitBias> logit_bias;
   // Structured output (may be null): every sampled token is drawn from the tokens it allows, and
   // it is advanced with each; the request stops when it is Complete (or at an allowed EOS). Such
   // a request is never launched ahead of its previous token (its mask depends on it), so it does

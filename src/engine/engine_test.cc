@@ -8,12 +8,14 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "model/random_weights.h"
+#include "ops/reference.h"
 #include "engine/test_backends.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/generate.h"
@@ -82,6 +84,26 @@ class EngineOnRunner : public ::testing::TestWithParam<Backend> {};
 
 int64_t PagesFor(const EngineOptions& eo) {
   return CpuRunner::PagesForBytes(*ParseModelConfig(kConfig), eo.kv_page_tokens, eo.kv_memory_bytes);
+}
+
+// Submits `reqs` together to an engine over a fresh runner of `be` and waits for them all.
+std::vector<std::shared_ptr<Collector>> RunTogether(const Backend& be, const Model& model, const EngineOptions& eo,
+                                                    const std::vector<RequestParams>& reqs) {
+  auto r = be.make(model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+  EXPECT_TRUE(r.ok());
+  if (!r.ok()) return {};
+  auto engine = Engine::Create(**r, eo);
+  EXPECT_TRUE(engine.ok());
+  if (!engine.ok()) return {};
+  EXPECT_TRUE((*engine)->Start().ok());
+  std::vector<std::shared_ptr<Collector>> sinks;
+  for (const RequestParams& p : reqs) {
+    sinks.push_back(std::make_shared<Collector>());
+    EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+  }
+  for (auto& s : sinks) s->Wait();
+  (*engine)->Stop();
+  return sinks;
 }
 
 // Standalone generation on a fresh runner of the same backend (one sequence, enough pages).
@@ -385,28 +407,123 @@ TEST_P(EngineOnRunner, MaskedGreedyMatchesTheCpuRunner) {
   auto run = [&](const Backend& be) {
     EngineOptions eo;
     eo.max_num_seqs = 3;
-    auto r = be.make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
-    EXPECT_TRUE(r.ok());
-    auto engine = Engine::Create(**r, eo);
-    EXPECT_TRUE(engine.ok());
-    EXPECT_TRUE((*engine)->Start().ok());
-    std::vector<std::shared_ptr<Collector>> sinks;
+    std::vector<RequestParams> reqs;
     for (int i = 0; i < 3; ++i) {
       RequestParams p;
       p.prompt = Ids(7 + 5 * i, 300 + i);
       p.max_tokens = 16;
       p.ignore_eos = true;
       p.constraint = std::make_shared<StepConstraint>(14);
-      sinks.push_back(std::make_shared<Collector>());
-      EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+      reqs.push_back(p);
     }
     std::vector<std::vector<int32_t>> out;
-    for (auto& s : sinks) {
-      s->Wait();
+    for (const auto& s : RunTogether(be, *model, eo, reqs)) {
       EXPECT_EQ(s->reason, FinishReason::kStop);
       out.push_back(s->ids);
     }
+    return out;
+  };
+  EXPECT_EQ(run(GetParam()), run(Backends()[0]));
+}
+
+
+// Penalties, logit_bias and min_tokens on a seeded sampled request: the same tokens alone, beside
+// other requests (chunked prefill, overlapped steps), under preemption (the runner recounts the
+// recomputed tokens) and after a prefix-cache hit (the first piece brings the history); without
+// the penalties the tokens differ (so the test can fail).
+RequestParams PenalizedRequest() {
+  RequestParams p;
+  p.prompt = Ids(37, 7);
+  p.max_tokens = 24;
+  p.sampling.temperature = 0.8f;
+  p.sampling.top_k = 30;
+  p.sampling.seed = 1234;
+  p.sampling.repetition_penalty = 1.6f;
+  p.sampling.frequency_penalty = 0.7f;
+  p.sampling.presence_penalty = 0.4f;
+  p.sampling.min_tokens = 6;
+  p.logit_bias = {{5, 3.0f}, {11, -100.0f}};
+  return p;
+}
+
+TEST_P(EngineOnRunner, SeededPenaltiesDoNotDependOnTheBatch) {
+  auto model = MakeModel();
+  auto run = [&](const EngineOptions& eo, int others, const RequestParams& mine, bool warm_cache) {
+    auto runner = GetParam().make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+    EXPECT_TRUE(runner.ok());
+    auto engine = Engine::Create(**runner, eo);
+    EXPECT_TRUE(engine.ok());
+    EXPECT_TRUE((*engine)->Start().ok());
+    if (warm_cache) {  // the same prompt first: the request below restores a checkpoint
+      auto first = std::make_shared<Collector>();
+      RequestParams q = mine;
+      q.max_tokens = 2;
+      q.sampling.min_tokens = 0;
+      EXPECT_TRUE((*engine)->Submit(q, first).ok());
+      first->Wait();
+    }
+    std::vector<std::shared_ptr<Collector>> sinks;
+    for (int i = 0; i < others; ++i) {
+      RequestParams q = mine;
+      q.prompt = Ids(9 + 7 * i, 300 + i);
+      q.sampling.seed = 99 + i;
+      q.sampling.repetition_penalty = 1.0f + 0.2f * i;
+      sinks.push_back(std::make_shared<Collector>());
+      EXPECT_TRUE((*engine)->Submit(q, sinks.back()).ok());
+    }
+    auto sink = std::make_shared<Collector>();
+    EXPECT_TRUE((*engine)->Submit(mine, sink).ok());
+    sink->Wait();
+    for (auto& s : sinks) s->Wait();
+    const EngineStats st = (*engine)->Stats();
     (*engine)->Stop();
+    if (warm_cache) {
+      EXPECT_GT(st.prefix_cache_hit_tokens, 0);
+    }
+    return sink->ids;
+  };
+  const RequestParams p = PenalizedRequest();
+  EngineOptions alone;
+  alone.max_num_seqs = 4;
+  const std::vector<int32_t> a = run(alone, 0, p, false);
+  ASSERT_GE(a.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NE(a[i], 96) << "EOS before min_tokens";
+  EXPECT_EQ(std::count(a.begin(), a.end(), 11), 0) << "a token biased by -100";
+  EngineOptions crowded = alone;
+  crowded.max_num_batched_tokens = 16;
+  EXPECT_EQ(run(crowded, 3, p, false), a);
+  EngineOptions tight = crowded;
+  tight.kv_page_tokens = 4;
+  const AttnRowLayout lay(*ParseModelConfig(kConfig));
+  tight.kv_memory_bytes = 34 * tight.kv_page_tokens * lay.row_floats * 4;
+  EXPECT_EQ(run(tight, 3, p, false), a);
+  EngineOptions cached = alone;
+  cached.enable_prefix_caching = true;
+  EXPECT_EQ(run(cached, 0, p, true), a);
+  RequestParams plain = p;
+  plain.sampling.repetition_penalty = 1.0f;
+  plain.sampling.frequency_penalty = plain.sampling.presence_penalty = 0.0f;
+  EXPECT_NE(run(alone, 0, plain, false), a);
+}
+
+// Greedy with penalties on the backend equals the CPU runner's tokens (on CUDA the counts live
+// and the processing runs on the device: `test_engine --gtest_filter='*Penal*cuda*'` on a GPU).
+TEST_P(EngineOnRunner, PenalizedGreedyMatchesTheCpuRunner) {
+  auto model = MakeModel();
+  auto run = [&](const Backend& be) {
+    EngineOptions eo;
+    eo.max_num_seqs = 3;
+    eo.max_num_batched_tokens = 16;
+    std::vector<RequestParams> reqs;
+    for (int i = 0; i < 3; ++i) {
+      RequestParams p = PenalizedRequest();
+      p.prompt = Ids(7 + 9 * i, 300 + i);
+      p.sampling.temperature = 0.0f;
+      p.sampling.repetition_penalty = 1.2f + 0.3f * i;
+      reqs.push_back(p);
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& s : RunTogether(be, *model, eo, reqs)) out.push_back(s->ids);
     return out;
   };
   EXPECT_EQ(run(GetParam()), run(Backends()[0]));
@@ -414,6 +531,69 @@ TEST_P(EngineOnRunner, MaskedGreedyMatchesTheCpuRunner) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineOnRunner, ::testing::ValuesIn(Backends()),
                          [](const ::testing::TestParamInfo<Backend>& i) { return i.param.name; });
+
+// Greedy decoding with penalties, logit_bias and min_tokens through the engine equals a plain
+// loop over the model's raw logits with the fp64 reference processing (ops/reference.h) and an
+// argmax; and it differs from greedy decoding without them.
+TEST(Engine, PenalizedGreedyMatchesAReferenceLoop) {
+  auto model = MakeModel();
+  RequestParams p = PenalizedRequest();
+  p.sampling.temperature = 0.0f;
+  p.max_tokens = 20;
+  p.stop_ids = {7};
+  EngineOptions eo;
+  eo.max_num_seqs = 2;
+  auto engine = Engine::Create(*model, eo);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->Start().ok());
+  auto sink = std::make_shared<Collector>();
+  ASSERT_TRUE((*engine)->Submit(p, sink).ok());
+  auto plain_sink = std::make_shared<Collector>();
+  RequestParams plain;
+  plain.prompt = p.prompt;
+  plain.max_tokens = p.max_tokens;
+  plain.stop_ids = p.stop_ids;
+  ASSERT_TRUE((*engine)->Submit(plain, plain_sink).ok());
+  sink->Wait();
+  plain_sink->Wait();
+  (*engine)->Stop();
+
+  CpuRunnerOptions ro;
+  ro.num_slots = 1;
+  ro.num_pages = 16;
+  auto runner = CpuRunner::Create(*model, ro);
+  ASSERT_TRUE(runner.ok());
+  RunnerSession session(**runner);
+  const int seq = *session.NewSequence();
+  const int64_t V = model->config().vocab_size;
+  ops::ref::PenaltyRow row;
+  for (const ops::LogitBias& b : p.logit_bias) row.bias.emplace_back(b.id, b.bias);
+  row.stop_ids = {7, 96};
+  row.output_counts.assign(V, 0);
+  row.in_prompt.assign(V, 0);
+  for (int32_t id : p.prompt) row.in_prompt[id] = 1;
+  row.presence = p.sampling.presence_penalty;
+  row.frequency = p.sampling.frequency_penalty;
+  row.repetition = p.sampling.repetition_penalty;
+  std::vector<int32_t> want, feed = p.prompt;
+  while (static_cast<int64_t>(want.size()) < p.max_tokens) {
+    RunnerSession::Input in;
+    in.seq = seq;
+    in.ids = feed;
+    std::vector<SampledToken> out;
+    std::vector<float> logits;
+    ASSERT_TRUE(session.Step({&in, 1}, &out, &logits).ok());
+    row.mask_stops = static_cast<int64_t>(want.size()) < p.sampling.min_tokens;
+    const std::vector<double> y = ops::ref::Penalties(logits, row);
+    const int32_t next = static_cast<int32_t>(std::max_element(y.begin(), y.end()) - y.begin());
+    want.push_back(next);
+    ++row.output_counts[next];
+    if (next == 7 || next == 96) break;
+    feed = {next};
+  }
+  EXPECT_EQ(sink->ids, want);
+  EXPECT_NE(plain_sink->ids, want);
+}
 
 TEST(Engine, CancelFreesMemoryAndEndsOnce) {
   auto model = MakeModel();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace gyre::ops::ref {
@@ -344,6 +345,20 @@ Vec MoeExperts(const std::vector<float>& x, int64_t n, const std::vector<int32_t
       }
     }
   return out;
+}
+
+Vec Penalties(const std::vector<float>& logits, const PenaltyRow& row) {
+  Vec y(logits.begin(), logits.end());
+  for (const auto& [id, b] : row.bias) y[id] += b;
+  if (row.mask_stops)
+    for (int32_t id : row.stop_ids) y[id] = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < y.size(); ++i) {
+    const int32_t count = row.output_counts[i];
+    if (row.in_prompt[i] || count > 0) y[i] = y[i] > 0 ? y[i] / row.repetition : y[i] * row.repetition;
+    y[i] -= row.frequency * count;
+    if (count > 0) y[i] -= row.presence;
+  }
+  return y;
 }
 
 }  // namespace gyre::ops::ref

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace gyre::ops::ref {
@@ -59,4 +60,19 @@ namespace gyre::ops::ref {
 // a [t, d], post [t, n], comb [t, n, n] (row-major C[j, s]). Returns X' [t, n, d].
 Vec HcPost(const std::vector<float>& x, int64_t t, int64_t n, int64_t d, const std::vector<float>& a,
            const std::vector<float>& post, const std::vector<float>& comb);
+
+// Logit processing of one row (ops/penalties.h), written from the definitions: each logit plus
+// the sum of its `bias` entries; −inf for `stop_ids` when `mask_stops`; then, for a token seen in
+// the prompt (in_prompt[i] != 0) or the output (output_counts[i] > 0), the repetition penalty
+// (divide a positive logit, multiply the rest); then − frequency·count − presence·[count > 0].
+struct PenaltyRow {
+  std::vector<std::pair<int32_t, double>> bias;
+  std::vector<int32_t> stop_ids;
+  bool mask_stops = false;
+  std::vector<int32_t> output_counts;
+  std::vector<uint8_t> in_prompt;
+  double presence = 0, frequency = 0, repetition = 1;
+};
+Vec Penalties(const std::vector<float>& logits, const PenaltyRow& row);
+
 }  // namespace gyre::ops::ref

@@ -13,6 +13,7 @@
 #include "ops/hyper_connection.h"
 #include "ops/kda.h"
 #include "ops/moe.h"
+#include "ops/penalties.h"
 #include "ops/reference.h"
 #include "ops/registry_quant.h"
 #ifdef GYRE_CUDA
@@ -697,6 +698,115 @@ struct MoeExpertsOp : NoNote {
   }
 };
 
+// Logit processing (ops/penalties.h): R rows of V logits, each with its own penalties, biases
+// (one id repeated), stop ids masked on odd rows (min_tokens not reached) and random counts.
+// Masked stops (−inf) are written as kMasked on every side, so Compare sees a finite value that
+// no unmasked logit reaches (|logit| < 500 here: |bias| <= 200, repetition >= 0.5).
+struct PenaltiesOp : NoNote {
+  static constexpr float kMasked = -1000.0f;
+  static void Unmask(std::span<float> v) {
+    for (float& x : v)
+      if (std::isinf(x) && x < 0) x = kMasked;
+  }
+  struct Inputs {
+    std::vector<float> logits;
+    int64_t rows, vocab;
+    std::vector<SamplingParams> params;
+    std::vector<std::vector<LogitBias>> bias;
+    std::vector<std::vector<int32_t>> stops;
+    std::vector<TokenCounts> counts;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& dm, uint64_t seed) {
+    Rng r(seed);
+    const int64_t rows = dm.at("R"), v = dm.at("V");
+    Inputs in{r.Normal(rows * v, 3.0f), rows, v, {}, {}, {}, {}};
+    for (int64_t i = 0; i < rows; ++i) {
+      const std::vector<float> u = r.Uniform(4, -1.0f, 1.0f);
+      SamplingParams p;
+      p.presence_penalty = 2.0f * u[0];
+      p.frequency_penalty = 2.0f * u[1];
+      p.repetition_penalty = 1.0f + 0.5f * u[2];
+      p.min_tokens = i % 2 ? 1 : 0;  // num_generated is 0: odd rows mask their stops
+      in.params.push_back(p);
+      std::vector<LogitBias> b;
+      for (int k = 0; k < 4; ++k) b.push_back({static_cast<int32_t>(r.g() % v), 100.0f * u[3] / (k + 1)});
+      b.push_back(b.front());
+      in.bias.push_back(b);
+      in.stops.push_back({static_cast<int32_t>(r.g() % v)});
+      TokenCounts c;
+      c.Reset(v);
+      for (int64_t t = 0; t < v; ++t) {
+        if (r.g() % 3 == 0) c.output[t] = static_cast<int32_t>(1 + r.g() % 5);
+        if (r.g() % 4 == 0) c.prompt[t] = 1;
+      }
+      in.counts.push_back(std::move(c));
+    }
+    return in;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    *out = in.logits;
+    for (int64_t i = 0; i < in.rows; ++i)
+      ApplyPenalties(std::span<float>(out->data() + i * in.vocab, in.vocab), in.params[i], in.bias[i], in.stops[i], 0,
+                     &in.counts[i]);
+    Unmask(*out);
+  }
+  // Row i's parameters as the reference takes them (num_generated is 0).
+  static ref::PenaltyRow RowOf(const Inputs& in, int64_t i) {
+    ref::PenaltyRow row;
+    for (const LogitBias& b : in.bias[i]) row.bias.emplace_back(b.id, b.bias);
+    row.stop_ids = in.stops[i];
+    row.mask_stops = 0 < in.params[i].min_tokens;
+    row.output_counts = in.counts[i].output;
+    row.in_prompt = in.counts[i].prompt;
+    row.presence = in.params[i].presence_penalty;
+    row.frequency = in.params[i].frequency_penalty;
+    row.repetition = in.params[i].repetition_penalty;
+    return row;
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    ref::Vec y;
+    for (int64_t i = 0; i < in.rows; ++i) {
+      const ref::PenaltyRow row = RowOf(in, i);
+      const std::vector<float> x(in.logits.begin() + i * in.vocab, in.logits.begin() + (i + 1) * in.vocab);
+      const ref::Vec yi = ref::Penalties(x, row);
+      y.insert(y.end(), yi.begin(), yi.end());
+    }
+    for (double& v : y)
+      if (std::isinf(v) && v < 0) v = kMasked;
+    return y;
+  }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    *out = in.logits;
+    cuda::PenaltyRowsHost h;
+    std::vector<int32_t> counts;
+    std::vector<uint8_t> prompt;
+    for (int64_t i = 0; i < in.rows; ++i) {
+      const ref::PenaltyRow r = RowOf(in, i);
+      cuda::PenaltyRowsHost::Row row;
+      for (const auto& [id, b] : r.bias) row.bias.emplace_back(id, static_cast<float>(b));
+      row.stop_ids = r.stop_ids;
+      row.mask_stops = r.mask_stops;
+      row.presence = in.params[i].presence_penalty;
+      row.frequency = in.params[i].frequency_penalty;
+      row.repetition = in.params[i].repetition_penalty;
+      h.rows.push_back(std::move(row));
+      counts.insert(counts.end(), in.counts[i].output.begin(), in.counts[i].output.end());
+      prompt.insert(prompt.end(), in.counts[i].prompt.begin(), in.counts[i].prompt.end());
+    }
+    h.output_counts = counts.data();
+    h.in_prompt = prompt.data();
+    GYRE_RETURN_IF_ERROR(cuda::PenaltiesOnDevice(out->data(), in.rows, in.vocab, h));
+    Unmask(*out);
+    return Status::Ok();
+  }
+#endif
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double r = d.at("R"), v = d.at("V");
+    return {4 * r * v, r * v * (4 + 4 + 1 + 4)};
+  }
+};
+
 // ---- specs ---------------------------------------------------------------------------------------
 
 std::vector<OpSpec> BuildRegistry() {
@@ -755,6 +865,8 @@ std::vector<OpSpec> BuildRegistry() {
                                       S({{"T", 5}, {"E", 8}, {"K", 2}, {"D", 64}, {"I", 32}}),
                                       S({{"T", 33}, {"E", 16}, {"K", 4}, {"D", 128}, {"I", 64}}),
                                       S({{"T", 70}, {"E", 8}, {"K", 2}, {"D", 70}, {"I", 40}})}));
+  r.push_back(MakeSpec<PenaltiesOp>("sample.penalties", "fp32-reassociation", 1e-6,
+                                    {S({{"R", 1}, {"V", 1}}), S({{"R", 3}, {"V", 97}}), S({{"R", 8}, {"V", 4099}})}));
   // W8A8 quantizers and GEMMs (ops/registry_quant.cc).
   for (OpSpec& q : QuantOpSpecs()) r.push_back(std::move(q));
   return r;

@@ -11,6 +11,13 @@ Status ValidateSampling(const SamplingParams& p) {
   if (!std::isfinite(p.temperature)) return Status::InvalidArgument("temperature must be finite");
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return Status::InvalidArgument("top_p must be in (0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return Status::InvalidArgument("min_p must be in [0, 1]");
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
+    return Status::InvalidArgument("presence_penalty must be in [-2, 2]");
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
+    return Status::InvalidArgument("frequency_penalty must be in [-2, 2]");
+  if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty)))
+    return Status::InvalidArgument("repetition_penalty must be a finite number > 0");
+  if (p.min_tokens < 0) return Status::InvalidArgument("min_tokens must be >= 0");
   return Status();
 }
 

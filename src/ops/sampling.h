@@ -1,4 +1,5 @@
-// Token sampling: greedy, temperature, top-k, top-p, min-p, with a seeded RNG.
+// Token sampling: greedy, temperature, top-k, top-p, min-p, with a seeded RNG. The logit
+// processing that comes before (penalties, logit_bias, min_tokens) is in ops/penalties.h.
 //
 // Order of filters (as in HF generate / vLLM): temperature scaling, top-k, top-p, min-p, then a
 // categorical draw. temperature <= 0 means greedy (argmax; ties → lowest id).
@@ -21,6 +22,11 @@ struct SamplingParams {
   float top_p = 1.0f;        // in (0, 1]
   float min_p = 0.0f;        // in [0, 1]
   uint64_t seed = 0;
+  // Logit processing before the filters (ops/penalties.h: one definition for every backend).
+  float presence_penalty = 0.0f;    // in [-2, 2]; 0: off
+  float frequency_penalty = 0.0f;   // in [-2, 2]; 0: off
+  float repetition_penalty = 1.0f;  // > 0 (finite); 1: off
+  int64_t min_tokens = 0;           // >= 0: stop ids are masked until this many tokens are generated
 };
 
 // InvalidArgument for out-of-range parameters (negative temperature is allowed and means greedy).

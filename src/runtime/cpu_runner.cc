@@ -28,6 +28,7 @@ CpuRunner::CpuRunner(const Model& model, const CpuRunnerOptions& o)
     slots_.push_back(std::make_unique<SequenceState>(model.config(), &kv_, &kda_, static_cast<SlotId>(s)));
   }
   last_token_.assign(o.num_slots, kPrevToken);
+  counts_.resize(o.num_slots);
 }
 
 RunnerCapacity CpuRunner::capacity() const {
@@ -66,6 +67,7 @@ Status CpuRunner::RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_token
   }
   slots_[slot]->Restore(num_tokens);
   last_token_[slot] = kPrevToken;
+  counts_[slot] = ops::TokenCounts{};  // unknown until a piece brings the history
   return Status::Ok();
 }
 
@@ -109,6 +111,12 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
     }
     s.SetPages(p.pages);
     batch.push_back({&s, p.ids, p.all_logits});
+    if (ops::HasPenalties(p.sample.params)) {
+      ops::TokenCounts& c = counts_[p.slot];
+      if (p.start == 0 || !p.history.empty() || c.output.empty()) c.Reset(V);
+      for (size_t j = 0; j < p.history.size(); ++j) c.Add(p.history[j], static_cast<int64_t>(j), p.num_prompt);
+      for (size_t j = 0; j < p.ids.size(); ++j) c.Add(p.ids[j], p.start + static_cast<int64_t>(j), p.num_prompt);
+    }
   }
   std::vector<float> logits;
   GYRE_RETURN_IF_ERROR(model_.Forward(batch, &logits));
@@ -124,6 +132,8 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
       const SampleSpec& sp = pieces[i].sample;
       if (!sp.enabled) continue;
       std::span<float> row(&logits[(r - 1) * V], V);
+      ops::ApplyPenalties(row, sp.params, sp.logit_bias, sp.stop_ids, static_cast<int64_t>(sp.offset),
+                          ops::HasPenalties(sp.params) ? &counts_[pieces[i].slot] : nullptr);
       if (!sp.allowed.empty()) ApplyTokenMask(row, sp.allowed);  // the returned logits are masked too
       SampledToken& t = (*out)[i];
       t.id = SampleKeyed(row, sp.params, sp.offset);

@@ -50,6 +50,8 @@ class CpuRunner final : public ModelRunner {
   std::unique_ptr<KdaSlotStore> checkpoints_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
   std::vector<int32_t> last_token_;  // per slot: the most recent sampled token (kPrevToken)
+  // Per slot: its sequence's token counts (penalties; sized on first use, see model_runner.h).
+  std::vector<ops::TokenCounts> counts_;
   struct Done {
     Status status;
     std::vector<SampledToken> out;

@@ -26,6 +26,7 @@
 #include "ops/cuda/kda_cuda.h"
 #include "ops/cuda/mla_cuda.h"
 #include "ops/cuda/moe_cuda.h"
+#include "ops/cuda/penalties_cuda.h"
 #include "ops/cuda/sampling_cuda.h"
 
 namespace gyre {
@@ -451,6 +452,19 @@ struct CudaModel::Impl {
   int32_t* mask_row = nullptr;
   uint32_t* token_masks = nullptr;
   int64_t mask_words = 0;
+  // Logit processing (ops/penalties.h, penalties_cuda.h), allocated by the first step that needs
+  // it: per slot the token counts ([max_seqs, V] int32 output occurrences, uint8 prompt presence),
+  // per step the rows' parameters, the bias and stop lists and the tokens to count. Steps with
+  // processing never replay a graph, so these buffers may grow (after a stream synchronize).
+  DeviceBuffer pen_counts, pen_prompt, pen_rows, pen_bias_ids, pen_bias_values, pen_stops, pen_entries;
+  // Grows `buf` to hold `bytes` (contents lost; waits for the stream first, steps in flight may use it).
+  Status Reserve(DeviceBuffer& buf, size_t bytes) {
+    if (buf.bytes() >= bytes && buf.get()) return Status::Ok();
+    GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s()));
+    buf.Reset();
+    GYRE_ASSIGN_OR_RETURN(buf, DeviceBuffer::Create(std::max<size_t>(bytes, 256)));
+    return Status::Ok();
+  }
   // Host staging of one outstanding step (two alternate, so step n+1 is prepared while step n
   // runs): pinned inputs (the int32 blob, sampling parameters) and pinned outputs (ids, logprobs),
   // and what Collect needs to assemble the results.
@@ -470,6 +484,11 @@ struct CudaModel::Impl {
     std::vector<uint8_t> sampled;
     std::vector<int32_t> top_logprobs;
     std::vector<float> all;                                       // want_logits: every row
+    // Logit processing inputs of the step (uploaded at launch).
+    std::vector<cuda::PenaltyRowDev> pen_rows;
+    std::vector<int32_t> pen_bias_ids, pen_stops;
+    std::vector<float> pen_bias_values;
+    std::vector<cuda::CountEntryDev> pen_entries;
     std::vector<std::pair<size_t, std::vector<float>>> top_rows;  // (piece, its last row)
   };
   Staging staging[2];
@@ -660,6 +679,7 @@ struct CudaModel::Impl {
     int64_t rows = 0;                  // logit rows
     bool sampling = false;             // some row samples (SampleRows), else greedy (Argmax)
     bool masked = false;               // some row has a token mask (ApplyTokenMask first)
+    bool penalized = false;            // some row has logit processing (ApplyPenaltyRows before the mask)
   };
   Status RunLayers(const StepDims& d);
   Status KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out);
@@ -1196,6 +1216,13 @@ Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hm, R, D, D, w.final_norm, c.rms_norm_eps, hn, D, s()));
   GYRE_RETURN_IF_ERROR(Sec("lm_head"));
   GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, logits_out));
+  if (d.penalized) {
+    GYRE_RETURN_IF_ERROR(Sec("penalties"));
+    GYRE_RETURN_IF_ERROR(cuda::ApplyPenaltyRows(logits_out, R, c.vocab_size, pen_rows.get<cuda::PenaltyRowDev>(),
+                                                pen_bias_ids.get<int32_t>(), pen_bias_values.get<float>(),
+                                                pen_stops.get<int32_t>(), pen_counts.get<int32_t>(),
+                                                pen_prompt.get<uint8_t>(), s()));
+  }
   if (d.masked) {
     GYRE_RETURN_IF_ERROR(Sec("token_mask"));
     GYRE_RETURN_IF_ERROR(cuda::ApplyTokenMask(logits_out, R, c.vocab_size, mask_row, token_masks, s()));
@@ -1423,6 +1450,8 @@ Status CudaModel::RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_token
                                    " restored tokens exceed the longest sequence");
   // The attention rows are in the pages (block tables come with each step); the pooled indexer
   // keys are kept in those pages too, so only the KDA state moves. ckpt -1 (no KDA layer): nothing.
+  // The slot's token counts are forgotten: the next piece brings the history (model_runner.h),
+  // which resets them at its launch.
   return ckpt >= 0 ? m.CopyState(slot, ckpt, /*to_ckpt=*/false) : Status::Ok();
 }
 
@@ -1469,6 +1498,44 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
       GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.kda_conv[l] + in.slot * (W - 1) * 3 * P, 0, (W - 1) * 3 * P * 4, m.s()));
     }
   }
+  // Logit processing (model_runner.h): the slots whose counts restart, the tokens to count, and
+  // per sampled row its parameters (filled with the rows below).
+  auto processes = [](const StepPiece& in) {
+    const SampleSpec& sp = in.sample;
+    return sp.enabled && (ops::HasPenalties(sp.params) || !sp.logit_bias.empty() ||
+                          (!sp.stop_ids.empty() && sp.offset < static_cast<uint64_t>(sp.params.min_tokens)));
+  };
+  bool counting = false, any_processing = false;
+  for (const StepPiece& in : batch) {
+    counting |= ops::HasPenalties(in.sample.params);
+    any_processing |= processes(in);
+  }
+  sg.pen_entries.clear();
+  if ((counting || any_processing) && !m.pen_counts.get()) {
+    // First use: zero counts (a sequence that needs them restarts its slot's anyway).
+    GYRE_RETURN_IF_ERROR(m.Reserve(m.pen_counts, m.opts.max_seqs * V * sizeof(int32_t)));
+    GYRE_RETURN_IF_ERROR(m.Reserve(m.pen_prompt, m.opts.max_seqs * V));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.pen_counts.get(), 0, m.pen_counts.bytes(), m.s()));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.pen_prompt.get(), 0, m.pen_prompt.bytes(), m.s()));
+  }
+  if (counting) {
+    for (const StepPiece& in : batch) {
+      if (!ops::HasPenalties(in.sample.params)) continue;
+      if (in.start == 0 || !in.history.empty()) {
+        GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.pen_counts.get<int32_t>() + in.slot * V, 0, V * sizeof(int32_t), m.s()));
+        GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(m.pen_prompt.get<uint8_t>() + in.slot * V, 0, V, m.s()));
+      }
+      auto add = [&](int32_t id, int64_t pos) {
+        sg.pen_entries.push_back(cuda::CountEntryDev{in.slot, id, pos < in.num_prompt ? 1 : 0});
+      };
+      for (size_t j = 0; j < in.history.size(); ++j) add(in.history[j], static_cast<int64_t>(j));
+      for (size_t j = 0; j < in.ids.size(); ++j) add(in.ids[j], in.start + static_cast<int64_t>(j));  // kPrevToken: -1
+    }
+  }
+  sg.pen_rows.clear();
+  sg.pen_bias_ids.clear();
+  sg.pen_bias_values.clear();
+  sg.pen_stops.clear();
   // Host arrays.
   Impl::StepDims d;
   d.n = total;
@@ -1521,6 +1588,27 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
         d.masked = true;
       }
       hb[m.o_rslot + r] = q == t - 1 && in.sample.enabled ? in.slot : -1;
+      cuda::PenaltyRowDev pr;
+      if (q == t - 1 && processes(in)) {
+        const SampleSpec& sp = in.sample;
+        pr.active = 1;
+        pr.slot = ops::HasPenalties(sp.params) ? in.slot : -1;
+        pr.presence = sp.params.presence_penalty;
+        pr.frequency = sp.params.frequency_penalty;
+        pr.repetition = sp.params.repetition_penalty;
+        pr.bias_begin = static_cast<int32_t>(sg.pen_bias_ids.size());
+        for (const ops::LogitBias& b : sp.logit_bias) {
+          sg.pen_bias_ids.push_back(b.id);
+          sg.pen_bias_values.push_back(b.bias);
+        }
+        pr.bias_end = static_cast<int32_t>(sg.pen_bias_ids.size());
+        pr.stop_begin = static_cast<int32_t>(sg.pen_stops.size());
+        if (sp.offset < static_cast<uint64_t>(sp.params.min_tokens))
+          sg.pen_stops.insert(sg.pen_stops.end(), sp.stop_ids.begin(), sp.stop_ids.end());
+        pr.stop_end = static_cast<int32_t>(sg.pen_stops.size());
+        d.penalized = true;
+      }
+      sg.pen_rows.push_back(pr);
       hb[m.o_rows + r++] = static_cast<int32_t>(q);
     }
   }
@@ -1528,7 +1616,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   d.rows = r;
   // Decode-only steps replay a CUDA graph of the bucket's size; padding rows are skipped by every
   // sequence-wise kernel (negative sequence and slot) and computed but ignored by token-wise ones.
-  const bool use_graph = m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b;
+  const bool use_graph = m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b && !d.penalized;
   if (use_graph) {
     const int64_t bucket = std::min<int64_t>(NextPow2(d.b), m.bmax);
     for (int64_t bi = d.b; bi < bucket; ++bi) {
@@ -1559,6 +1647,25 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   if (d.sampling)
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.sample_params, hp, d.rows * sizeof(cuda::SampleParamsDev),
                                               cudaMemcpyHostToDevice, m.s()));
+  if (d.penalized || !sg.pen_entries.empty()) {
+    // (pageable copies: the staging vectors are copied out before cudaMemcpyAsync returns)
+    auto upload = [&](DeviceBuffer& buf, const void* src, size_t bytes) -> Status {
+      GYRE_RETURN_IF_ERROR(m.Reserve(buf, bytes));
+      if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf.get(), src, bytes, cudaMemcpyHostToDevice, m.s()));
+      return Status::Ok();
+    };
+    GYRE_RETURN_IF_ERROR(upload(m.pen_rows, sg.pen_rows.data(), sg.pen_rows.size() * sizeof(cuda::PenaltyRowDev)));
+    GYRE_RETURN_IF_ERROR(upload(m.pen_bias_ids, sg.pen_bias_ids.data(), sg.pen_bias_ids.size() * sizeof(int32_t)));
+    GYRE_RETURN_IF_ERROR(upload(m.pen_bias_values, sg.pen_bias_values.data(), sg.pen_bias_values.size() * sizeof(float)));
+    GYRE_RETURN_IF_ERROR(upload(m.pen_stops, sg.pen_stops.data(), sg.pen_stops.size() * sizeof(int32_t)));
+    GYRE_RETURN_IF_ERROR(
+        upload(m.pen_entries, sg.pen_entries.data(), sg.pen_entries.size() * sizeof(cuda::CountEntryDev)));
+    // Count the step's tokens before its head reads the counts (kPrevToken: the slot's last sample,
+    // which the previous step recorded earlier in stream order).
+    GYRE_RETURN_IF_ERROR(cuda::CountTokens(m.pen_entries.get<cuda::CountEntryDev>(),
+                                           static_cast<int64_t>(sg.pen_entries.size()), m.last_token, V,
+                                           m.pen_counts.get<int32_t>(), m.pen_prompt.get<uint8_t>(), m.s()));
+  }
   if (d.masked) {
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.mask_row, hm, d.rows * sizeof(int32_t), cudaMemcpyHostToDevice, m.s()));
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.token_masks, sg.masks, num_masks * m.mask_words * sizeof(uint32_t),

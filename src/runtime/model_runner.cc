@@ -60,6 +60,18 @@ Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap
           return Status::InvalidArgument(where + ": page " + std::to_string(pg) + " is outside the page pool");
     }
     if (p.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sample.params));
+    auto in_vocab = [&](int32_t id, const char* what) {
+      return id >= 0 && id < vocab ? Status::Ok()
+                                   : Status::InvalidArgument(where + ": " + what + " token id " + std::to_string(id) +
+                                                             " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                                             ")");
+    };
+    for (const ops::LogitBias& b : p.sample.logit_bias) GYRE_RETURN_IF_ERROR(in_vocab(b.id, "logit_bias"));
+    for (int32_t id : p.sample.stop_ids) GYRE_RETURN_IF_ERROR(in_vocab(id, "stop"));
+    if (!p.history.empty() && static_cast<int64_t>(p.history.size()) != p.start)
+      return Status::InvalidArgument(where + ": a history of " + std::to_string(p.history.size()) +
+                                     " tokens with start " + std::to_string(p.start));
+    for (int32_t id : p.history) GYRE_RETURN_IF_ERROR(in_vocab(id, "history"));
     if (!p.sample.allowed.empty()) {
       if (static_cast<int64_t>(p.sample.allowed.size()) != (vocab + 31) / 32)
         return Status::InvalidArgument(where + ": the token mask has " + std::to_string(p.sample.allowed.size()) +

@@ -21,6 +21,18 @@
 //    draws are a function of (logits, params, seed, offset) only, so a seeded request gives the
 //    same tokens in any batch composition, after preemption, across runs). The sampled token's
 //    log-softmax (temperature 1) is always returned; `top_logprobs` > 0 adds the best alternatives.
+//  - Logit processing (ops/penalties.h) comes before the draw: `sample.logit_bias`, min_tokens
+//    (`sample.stop_ids` at −inf while sample.offset < params.min_tokens), then the repetition,
+//    frequency and presence penalties over the slot's token counts; the structured-output mask
+//    after that. The returned logprobs are those of the processed row.
+//  - Token counts: a slot whose pieces have ops::HasPenalties(sample.params) (the same params on
+//    every piece of a sequence, sampling or not) keeps its sequence's counts: every token the
+//    pieces feed — ids, kPrevToken resolved (on the device for CUDA) — is counted at its position,
+//    as a prompt token below the piece's `num_prompt`, as an output token from there on. A
+//    start-0 piece resets the counts, and so does RestoreState; the first piece after a restore
+//    passes `history` = the sequence's tokens [0, start), which are counted first. So the counts
+//    at a draw cover exactly the tokens before it, across chunked prefill, preemption (a
+//    recompute is a start-0 piece over prompt + output) and overlapped steps.
 //  - Errors: InvalidArgument (bad ids, block table too short, a slot twice, too many tokens or
 //    pieces for the capacity), Internal (device). After an error the engine must treat every
 //    sequence of the step as lost (it ends them); nothing else is affected.
@@ -50,6 +62,7 @@
 
 #include "core/status.h"
 #include "model/config.h"
+#include "ops/penalties.h"
 #include "ops/sampling.h"
 #include "runtime/memory_pools.h"
 
@@ -76,6 +89,9 @@ struct SampleSpec {
   // (on the device for CUDA), and the returned logprobs are those of the masked row. At least
   // one token of [0, vocab) must be allowed. The span need not outlive Launch.
   std::span<const uint32_t> allowed;
+  // Logit processing (ops/penalties.h; ids in [0, vocab)); the spans need not outlive Launch.
+  std::span<const ops::LogitBias> logit_bias;
+  std::span<const int32_t> stop_ids;  // masked while offset < params.min_tokens
 };
 
 // As the only id of a decode piece: the token the piece's slot sampled in the previous step.
@@ -88,6 +104,10 @@ struct StepPiece {
   std::span<const int32_t> ids;   // new tokens (>= 1)
   SampleSpec sample;
   bool all_logits = false;        // verification: logits of every new token, not only the last
+  // Token counts (penalties): the sequence's first num_prompt tokens are its prompt; `history` is
+  // empty, or (the first piece after RestoreState) the sequence's tokens [0, start).
+  int64_t num_prompt = 0;
+  std::span<const int32_t> history;
 };
 
 struct SampledToken {
@@ -137,7 +157,8 @@ class ModelRunner {
 // The checks every runner makes before a step touches anything — one definition of a valid step:
 // 1..max_step_pieces pieces of >= 1 id, at most max_step_tokens ids in all; slots in
 // [0, num_slots), none twice; ids in [0, vocab) or a lone kPrevToken with start > 0; with a page
-// pool, pages in [0, num_pages) covering start + ids; valid sampling parameters.
+// pool, pages in [0, num_pages) covering start + ids; valid sampling parameters; logit_bias,
+// stop_ids and history ids in [0, vocab), history empty or of `start` tokens.
 // InvalidArgument naming the piece otherwise.
 Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap, int64_t vocab);
 

@@ -44,11 +44,15 @@ constexpr RequestField kFields[] = {
     {"tool_choice", kC, kHon, "",
      "'auto' (the default with tools) and 'none' are honoured; 'required' and a named function are refused "
      "(constrained decoding)"},
-    {"n", kBoth, kDef, "[1]", "is not supported yet (only 1): one choice per request"},
-    {"best_of", kBoth, kDef, "[1]", "is not supported yet (only 1): one choice per request"},
-    {"frequency_penalty", kBoth, kDef, "[0]", "is not supported yet (only 0)"},
-    {"presence_penalty", kBoth, kDef, "[0]", "is not supported yet (only 0)"},
-    {"logit_bias", kBoth, kDef, "[{}]", "is not supported yet (only {})"},
+    {"n", kBoth, kHon, "",
+     "1 to 128 choices, each its own engine request (seed + i with a seed; with prefix caching the prompt is "
+     "prefilled once); streamed chunks carry their choice's index; usage counts the prompt once"},
+    {"best_of", kBoth, kDef, "[1]", "is not supported yet (only 1): gyre does not rank extra candidates"},
+    {"frequency_penalty", kBoth, kHon, "", "in [-2, 2]: minus penalty x the token's count in the output so far"},
+    {"presence_penalty", kBoth, kHon, "", "in [-2, 2]: minus penalty for every token the output holds so far"},
+    {"logit_bias", kBoth, kHon, "",
+     "token id (a decimal string) to a bias in [-100, 100] added to its logit; ids outside the vocabulary are "
+     "refused"},
     {"response_format", kBoth, kHon, "",
      "text, json_object and json_schema (strict or not: always enforced by constrained decoding; the JSON Schema "
      "subset in docs/serve.md, other keywords refused by name)"},
@@ -84,8 +88,10 @@ constexpr RequestField kFields[] = {
     {"skip_special_tokens", kBoth, kHon, "", "special tokens add no text (default true)"},
     {"spaces_between_special_tokens", kBoth, kHon, "",
      "false joins special tokens without spaces (what gyre does); true is refused with skip_special_tokens false"},
-    {"repetition_penalty", kBoth, kDef, "[1]", "is not supported yet (only 1)"},
-    {"min_tokens", kBoth, kDef, "[0]", "is not supported yet (only 0; 'ignore_eos' is there)"},
+    {"repetition_penalty", kBoth, kHon, "",
+     "in (0, 2]: a token of the prompt or the output so far has a positive logit divided by it, another "
+     "multiplied"},
+    {"min_tokens", kBoth, kHon, "", "EOS and stop_token_ids cannot be drawn before this many tokens (<= max_tokens)"},
     {"use_beam_search", kBoth, kDef, "[false]", "is not supported (only false): gyre has no beam search"},
     {"length_penalty", kBoth, kDef, "[1]", "is not supported (only 1): it applies to beam search"},
     {"bad_words", kBoth, kDef, "[[]]", "is not supported yet (only []): it needs logit masking"},

@@ -280,6 +280,45 @@ Status ReadConstraint(BodyFields& f, GenerationRequest* g) {
   return Status::Ok();
 }
 
+// OpenAI's logit_bias: an object from token ids (decimal strings) to biases in [-100, 100]
+// (ids are checked against the vocabulary when the request is built).
+Status ReadLogitBias(BodyFields& f, std::vector<ops::LogitBias>* out) {
+  const Json* v = f.Get("logit_bias");
+  if (!v) return Status::Ok();
+  if (!v->is_object()) return FieldError("logit_bias", "must be an object from token ids to biases");
+  for (const auto& [key, bias] : v->items()) {
+    const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (!digits || std::stoll(key) > std::numeric_limits<int32_t>::max()) {
+      return FieldError("logit_bias", "keys must be token ids (decimal integers), got '" + key + "'");
+    }
+    if (!bias.is_number() || !std::isfinite(bias.get<double>()) || bias.get<double>() < -100 ||
+        bias.get<double>() > 100) {
+      return FieldError("logit_bias", "values must be numbers in [-100, 100], got " + bias.dump() + " for '" + key +
+                                          "'");
+    }
+    out->push_back({static_cast<int32_t>(std::stoll(key)), static_cast<float>(bias.get<double>())});
+  }
+  return Status::Ok();
+}
+
+// The logit processing fields (ops/penalties.h): OpenAI's penalties and logit_bias, vLLM's
+// repetition_penalty and min_tokens.
+Status ReadPenalties(BodyFields& f, GenerationRequest* g) {
+  GYRE_RETURN_IF_ERROR(ReadFloat(f, "frequency_penalty", -2, 2, false, &g->frequency_penalty));
+  GYRE_RETURN_IF_ERROR(ReadFloat(f, "presence_penalty", -2, 2, false, &g->presence_penalty));
+  GYRE_RETURN_IF_ERROR(ReadFloat(f, "repetition_penalty", 0, 2, true, &g->repetition_penalty));
+  std::optional<int64_t> i;
+  GYRE_RETURN_IF_ERROR(ReadInt(f, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &i));
+  if (i) g->min_tokens = *i;
+  if (g->max_tokens && g->min_tokens > *g->max_tokens) {
+    return FieldError("min_tokens", "must be <= max_tokens (" + std::to_string(*g->max_tokens) + "), got " +
+                                        std::to_string(g->min_tokens));
+  }
+  return ReadLogitBias(f, &g->logit_bias);
+}
+
 // Fields shared by chat and completions; then every kDefaultOnly/kUnused/kRefused row.
 Status ParseCommon(BodyFields& f, GenerationRequest* g) {
   const bool chat = f.endpoint() == Endpoint::kChat;
@@ -345,6 +384,10 @@ Status ParseCommon(BodyFields& f, GenerationRequest* g) {
     g->request_id = id->get<std::string>();
   }
   GYRE_RETURN_IF_ERROR(ReadConstraint(f, g));
+  GYRE_RETURN_IF_ERROR(ReadPenalties(f, g));
+  i.reset();
+  GYRE_RETURN_IF_ERROR(ReadInt(f, "n", 1, 128, &i));
+  if (i) g->n = *i;
   return Status::Ok();
 }
 
@@ -485,9 +528,10 @@ Json Envelope(const ResponseMeta& m, const char* object) {
 Json FinishJson(std::string_view r) { return r.empty() ? Json(nullptr) : Json(std::string(r)); }
 }  // namespace
 
-Json ChatChunk(const ResponseMeta& m, Json delta, Json logprobs, std::string_view finish_reason, bool usage_null) {
+Json ChatChunk(const ResponseMeta& m, Json delta, Json logprobs, std::string_view finish_reason, bool usage_null,
+               int64_t index) {
   Json j = Envelope(m, "chat.completion.chunk");
-  j["choices"] = Json::array({Json{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+  j["choices"] = Json::array({Json{{"index", index}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
                                    {"finish_reason", FinishJson(finish_reason)}}});
   if (usage_null) j["usage"] = nullptr;
   return j;
@@ -512,22 +556,30 @@ Json AssistantMessage(const std::string& content, const std::string& reasoning, 
   return msg;
 }
 
+Json ChatChoice(int64_t index, Json message, Json logprobs, std::string_view finish_reason) {
+  return Json{{"index", index},
+              {"message", std::move(message)},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", FinishJson(finish_reason)}};
+}
+
 Json ChatResponse(const ResponseMeta& m, Json message, Json logprobs, std::string_view finish_reason,
                   int64_t prompt_tokens, int64_t completion_tokens) {
   Json j = Envelope(m, "chat.completion");
-  j["choices"] = Json::array({Json{{"index", 0},
-                                   {"message", std::move(message)},
-                                   {"logprobs", std::move(logprobs)},
-                                   {"finish_reason", FinishJson(finish_reason)}}});
+  j["choices"] = Json::array({ChatChoice(0, std::move(message), std::move(logprobs), finish_reason)});
   j["usage"] = UsageJson(prompt_tokens, completion_tokens);
   return j;
 }
 
+Json CompletionChoice(int64_t index, const std::string& text, Json logprobs, std::string_view finish_reason) {
+  return Json{{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)},
+              {"finish_reason", FinishJson(finish_reason)}};
+}
+
 Json CompletionChunk(const ResponseMeta& m, const std::string& text, Json logprobs, std::string_view finish_reason,
-                     bool usage_null) {
+                     bool usage_null, int64_t index) {
   Json j = Envelope(m, "text_completion");
-  j["choices"] = Json::array({Json{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)},
-                                   {"finish_reason", FinishJson(finish_reason)}}});
+  j["choices"] = Json::array({CompletionChoice(index, text, std::move(logprobs), finish_reason)});
   if (usage_null) j["usage"] = nullptr;
   return j;
 }
@@ -542,8 +594,7 @@ Json CompletionUsageChunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t 
 Json CompletionResponse(const ResponseMeta& m, const std::string& text, Json logprobs, std::string_view finish_reason,
                         int64_t prompt_tokens, int64_t completion_tokens) {
   Json j = Envelope(m, "text_completion");
-  j["choices"] = Json::array({Json{{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)},
-                                   {"finish_reason", FinishJson(finish_reason)}}});
+  j["choices"] = Json::array({CompletionChoice(0, text, std::move(logprobs), finish_reason)});
   j["usage"] = UsageJson(prompt_tokens, completion_tokens);
   return j;
 }

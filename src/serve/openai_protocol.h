@@ -21,6 +21,7 @@
 
 #include "core/status.h"
 
+#include "ops/penalties.h"
 #include "structured/grammar.h"
 
 namespace gyre::serve {
@@ -79,6 +80,13 @@ struct GenerationRequest {
   // them); compiled against the vocabulary when the request is built (errors name the field).
   std::optional<structured::ConstraintSpec> constraint;
   std::string constraint_field;        // the field it came from
+  // Logit processing (ops/penalties.h).
+  float frequency_penalty = 0.0f;      // [-2, 2]
+  float presence_penalty = 0.0f;       // [-2, 2]
+  float repetition_penalty = 1.0f;     // (0, 2], vLLM extension
+  int64_t min_tokens = 0;              // vLLM extension; <= max_tokens
+  std::vector<ops::LogitBias> logit_bias;  // biases in [-100, 100]; ids checked against the vocab later
+  int64_t n = 1;                       // choices [1, 128]: one engine request each
 };
 
 struct ChatRequest {
@@ -144,10 +152,11 @@ const char* SystemFingerprint();
 
 Json UsageJson(int64_t prompt_tokens, int64_t completion_tokens);
 
-// chat.completion.chunk: {"id","object","created","model","system_fingerprint","choices":[{"index":0,
+// chat.completion.chunk: {"id","object","created","model","system_fingerprint","choices":[{"index",
 // "delta":{...},"logprobs":...,"finish_reason":...}]} (+ "usage": null when include_usage).
-// `finish_reason` empty → null; `logprobs` may be null.
-Json ChatChunk(const ResponseMeta& m, Json delta, Json logprobs, std::string_view finish_reason, bool usage_null);
+// `finish_reason` empty → null; `logprobs` may be null; `index` is the choice's (n > 1).
+Json ChatChunk(const ResponseMeta& m, Json delta, Json logprobs, std::string_view finish_reason, bool usage_null,
+               int64_t index = 0);
 // The final usage-only chunk of a stream with include_usage: "choices": [] and "usage": {...}.
 Json ChatUsageChunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
 // One tool call as OpenAI writes it: {"id", "type": "function", "function": {"name",
@@ -157,14 +166,19 @@ Json ToolCallJson(const std::string& id, const std::string& name, const std::str
 // are tool calls), with "reasoning_content" when `reasoning` is not empty and "tool_calls" when
 // `tool_calls` (an array of ToolCallJson) is not empty.
 Json AssistantMessage(const std::string& content, const std::string& reasoning = "", Json tool_calls = Json::array());
-// chat.completion with one choice {"index":0,"message":`message`,"logprobs":...,
-// "finish_reason":...} and usage.
+// One choice of a chat.completion: {"index","message","logprobs","finish_reason"}.
+Json ChatChoice(int64_t index, Json message, Json logprobs, std::string_view finish_reason);
+// chat.completion with one choice (ChatChoice 0) and usage; more choices (n > 1) are appended to
+// its "choices" by the caller.
 Json ChatResponse(const ResponseMeta& m, Json message, Json logprobs, std::string_view finish_reason,
                   int64_t prompt_tokens, int64_t completion_tokens);
 
-// text_completion chunk: "choices":[{"index":0,"text":...,"logprobs":...,"finish_reason":...}].
+// One choice of a text_completion: {"index","text","logprobs","finish_reason"}.
+Json CompletionChoice(int64_t index, const std::string& text, Json logprobs, std::string_view finish_reason);
+// text_completion chunk: "choices":[CompletionChoice]; CompletionResponse: choice 0 and usage
+// (more choices appended by the caller, as for ChatResponse).
 Json CompletionChunk(const ResponseMeta& m, const std::string& text, Json logprobs, std::string_view finish_reason,
-                     bool usage_null);
+                     bool usage_null, int64_t index = 0);
 Json CompletionUsageChunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
 Json CompletionResponse(const ResponseMeta& m, const std::string& text, Json logprobs, std::string_view finish_reason,
                         int64_t prompt_tokens, int64_t completion_tokens);

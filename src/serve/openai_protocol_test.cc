@@ -91,7 +91,7 @@ TEST(ParseChat, FieldErrorsNameTheField) {
   EXPECT_EQ(bad(R"("max_tokens": 0)"), "max_tokens");
   EXPECT_EQ(bad(R"("max_tokens": 1.5)"), "max_tokens");
   EXPECT_EQ(bad(R"("max_completion_tokens": "ten")"), "max_completion_tokens");
-  EXPECT_EQ(bad(R"("n": 2)"), "n");
+  EXPECT_EQ(bad(R"("n": 129)"), "n");
   EXPECT_EQ(bad(R"("seed": "x")"), "seed");
   EXPECT_EQ(bad(R"("stop": 5)"), "stop");
   EXPECT_EQ(bad(R"("stop": [""])"), "stop");
@@ -100,12 +100,12 @@ TEST(ParseChat, FieldErrorsNameTheField) {
   EXPECT_EQ(bad(R"("logprobs": 1)"), "logprobs");
   EXPECT_EQ(bad(R"("top_logprobs": 2)"), "top_logprobs");  // needs logprobs: true
   EXPECT_EQ(bad(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs");
-  EXPECT_EQ(bad(R"("frequency_penalty": 0.5)"), "frequency_penalty");
-  EXPECT_EQ(bad(R"("logit_bias": {"5": 1})"), "logit_bias");
+  EXPECT_EQ(bad(R"("frequency_penalty": 2.5)"), "frequency_penalty");
+  EXPECT_EQ(bad(R"("logit_bias": {"5": 101})"), "logit_bias");
   EXPECT_EQ(bad(R"("response_format": {"type": "yaml"})"), "response_format");
   EXPECT_EQ(bad(R"("guided_choice": "a")"), "guided_choice");
   EXPECT_EQ(bad(R"("guided_regex": "a", "guided_choice": ["a"])"), "guided_choice");
-  EXPECT_EQ(bad(R"("min_tokens": 3)"), "min_tokens");
+  EXPECT_EQ(bad(R"("min_tokens": 3, "max_tokens": 2)"), "min_tokens");
   EXPECT_EQ(bad(R"("tools": {})"), "tools");
   EXPECT_EQ(bad(R"("chat_template_kwargs": [])"), "chat_template_kwargs");
   EXPECT_EQ(bad(R"("model": 5)"), "model");

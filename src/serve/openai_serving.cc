@@ -38,30 +38,44 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // ---- GenerationRun ----------------------------------------------------------------------------
 
-// One request after a successful Submit. Every method runs on the exchange's strand.
+class RunSink;
+
+// One request after a successful Submit: n choices (n > 1: one engine request each), answered
+// together. Every method runs on the exchange's strand.
 class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
  public:
   struct Setup {
     bool chat = true;
     bool stream = false;
     bool include_usage = false;
+    int64_t n = 1;  // choices (1 for /v1/responses)
     ResponseMeta meta;
     int64_t prompt_tokens = 0;
     Clock::time_point arrival;
     OutputOptions output;
-    std::string echo;  // sent before the generated text
+    std::string echo;  // sent before the generated text (of every choice)
     ChatParseOptions parse;  // chat: what the answer is parsed for
     std::shared_ptr<RequestRecord> record;  // may be null
     // /v1/responses: the answer in the Responses shapes (chat is true); null otherwise.
     std::shared_ptr<ResponsesOutput> responses;
+    // n > 1 with prefix caching: the engine parameters of choices 1..n-1, submitted once choice 0
+    // has its first token (its prompt blocks are cached by then, so theirs are hits). Empty: every
+    // choice was submitted at once.
+    std::vector<RequestParams> later;
   };
 
   GenerationRun(const ServingConfig& cfg, std::shared_ptr<HttpExchange> ex, Setup s)
-      : cfg_(cfg), ex_(std::move(ex)), s_(std::move(s)), out_(*cfg.tokenizer, s_.output), parser_(s_.parse) {}
+      : cfg_(cfg), ex_(std::move(ex)), s_(std::move(s)) {
+    for (int64_t i = 0; i < s_.n; ++i) choices_.push_back(std::make_unique<Choice>(*cfg.tokenizer, s_.output, s_.parse));
+  }
 
-  // Called right after Submit succeeded, still inside the handler (so before any event).
-  void Begin(RequestId id) {
-    id_ = id;
+  // Called right after the choices' Submits succeeded (ids[i]: choice i), still inside the
+  // handler (so before any event).
+  void Begin(const std::vector<RequestId>& ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      choices_[i]->id = ids[i];
+      choices_[i]->submitted = true;
+    }
     std::weak_ptr<GenerationRun> weak = weak_from_this();
     ex_->OnAbort([weak] {
       if (auto self = weak.lock()) self->OnClientGone();
@@ -72,57 +86,85 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
       ex_->Write(s_.responses->Start());
       return;
     }
-    if (s_.chat) {
-      Write(ChatChunk(s_.meta, Json{{"role", "assistant"}, {"content", ""}}, nullptr, "", s_.include_usage));
-    }
-    if (s_.echo.empty()) return;
-    if (s_.chat) {
-      Write(ChatChunk(s_.meta, Json{{"content", s_.echo}}, nullptr, "", s_.include_usage));
-    } else {
-      SendDelta(TextOutput::Delta{s_.echo, Json(), false});
+    for (int64_t c = 0; c < s_.n; ++c) {
+      if (s_.chat) {
+        Write(ChatChunk(s_.meta, Json{{"role", "assistant"}, {"content", ""}}, nullptr, "", s_.include_usage, c));
+      }
+      if (s_.echo.empty()) continue;
+      if (s_.chat) {
+        Write(ChatChunk(s_.meta, Json{{"content", s_.echo}}, nullptr, "", s_.include_usage, c));
+      } else {
+        SendDelta(*choices_[c], c, TextOutput::Delta{s_.echo, Json(), false});
+      }
     }
   }
 
-  void OnToken(const TokenEvent& ev) {
-    if (done_) return;
+  // The request was answered with an error before Begin: events of choices already submitted
+  // are dropped.
+  void Abandon() { done_ = true; }
+
+  void OnToken(int64_t c, const TokenEvent& ev) {
+    Choice& ch = *choices_[c];
+    if (done_ || ch.done) return;
     const auto now = Clock::now();
     if (!first_token_seen_) {
       first_token_seen_ = true;
       cfg_.metrics->ObserveTtft(Seconds(now - s_.arrival));
-    } else {
-      cfg_.metrics->ObserveItl(Seconds(now - last_token_));
+    } else if (ch.num_events > 0) {
+      cfg_.metrics->ObserveItl(Seconds(now - ch.last_token));
     }
-    last_token_ = now;
-    TextOutput::Delta d = out_.OnToken(ev);
-    SendDelta(d);
+    ++ch.num_events;
+    ch.last_token = now;
+    if (c == 0) SubmitLater();
+    if (done_) return;  // a later choice was refused
+    TextOutput::Delta d = ch.out.OnToken(ev);
+    SendDelta(ch, c, d);
     if (d.stopped) {
-      cfg_.engine->Cancel(id_);  // the engine's kCancelled finish is ignored (done_)
-      Complete("stop");
+      cfg_.engine->Cancel(ch.id);  // the engine's kCancelled finish is ignored (ch.done)
+      Complete(c, "stop");
     }
   }
 
-  void OnFinish(FinishReason reason, const Status& status, const Usage& usage) {
+  void OnFinish(int64_t c, FinishReason reason, const Status& status, const Usage& usage) {
     cfg_.metrics->ObserveEngineFinish(usage);  // also after a client left or a stop string ended it
-    if (done_) return;
+    Choice& ch = *choices_[c];
+    if (done_ || ch.done) return;
     if (reason == FinishReason::kError) {
       Fail(status);
       return;
     }
-    TextOutput::Delta d = out_.Finish();
-    SendDelta(d);
+    if (c == 0) SubmitLater();  // (choice 0 ended without a token: cancelled)
+    if (done_) return;
+    TextOutput::Delta d = ch.out.Finish();
+    SendDelta(ch, c, d);
     switch (reason) {
-      case FinishReason::kStop: Complete("stop"); break;
-      case FinishReason::kLength: Complete(d.stopped ? "stop" : "length"); break;
-      default: Complete("abort"); break;  // cancelled by the server (shutdown)
+      case FinishReason::kStop: Complete(c, "stop"); break;
+      case FinishReason::kLength: Complete(c, d.stopped ? "stop" : "length"); break;
+      default: Complete(c, "abort"); break;  // cancelled by the server (shutdown)
     }
   }
 
  private:
+  // One choice's output: its detokenizer and stop matcher, its parse, its engine request.
+  struct Choice {
+    Choice(const Tokenizer& tok, const OutputOptions& o, const ChatParseOptions& p) : out(tok, o), parser(p) {}
+    TextOutput out;
+    ChatOutputParser parser;
+    std::vector<std::string> call_ids;  // of the tool calls so far, in order
+    RequestId id = 0;
+    bool submitted = false;  // to the engine (id is valid)
+    bool done = false;
+    std::string finish_reason;  // once done
+    int64_t num_events = 0;
+    Clock::time_point last_token;
+  };
+
   void OnClientGone() {
     if (done_) return;
     done_ = true;
     RecordTokens();
-    cfg_.engine->Cancel(id_);
+    for (auto& ch : choices_)
+      if (ch->submitted && !ch->done) cfg_.engine->Cancel(ch->id);
     cfg_.metrics->CountFinished("abort");
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
   }
@@ -131,18 +173,18 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
 
   // Chat: parses the text (in both modes: tool call ids are given as calls close); a stream sends
   // what it released. Completions: streams the text.
-  void SendDelta(const TextOutput::Delta& d) {
+  void SendDelta(Choice& ch, int64_t c, const TextOutput::Delta& d) {
     const bool has_lp = !d.logprobs.is_null();
     if (s_.chat) {
-      SendParsed(parser_.Push(d.text), d.logprobs);
+      SendParsed(ch, c, ch.parser.Push(d.text), d.logprobs);
     } else if (s_.stream && (!d.text.empty() || has_lp)) {
-      Write(CompletionChunk(s_.meta, d.text, has_lp ? d.logprobs : Json(nullptr), "", s_.include_usage));
+      Write(CompletionChunk(s_.meta, d.text, has_lp ? d.logprobs : Json(nullptr), "", s_.include_usage, c));
     }
   }
 
   // One chunk per reasoning text, content text and tool call, in order; `logprobs` (may be
   // null) go with the first (a chunk with empty content carries them when nothing else does).
-  void SendParsed(ChatOutputParser::Parsed p, Json logprobs) {
+  void SendParsed(Choice& ch, int64_t c, ChatOutputParser::Parsed p, Json logprobs) {
     if (s_.responses) {
       std::string events = s_.responses->Push(p);
       if (s_.stream && !events.empty()) ex_->Write(std::move(events));
@@ -155,44 +197,62 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
         deltas.push_back(Json{{"content", std::move(e.content)}});
         continue;
       }
-      call_ids_.push_back(NewResponseId("call_"));
-      Json entry = {{"index", call_ids_.size() - 1}};
-      entry.update(ToolCallJson(call_ids_.back(), e.call.name, e.call.arguments));
+      ch.call_ids.push_back(NewResponseId("call_"));
+      Json entry = {{"index", ch.call_ids.size() - 1}};
+      entry.update(ToolCallJson(ch.call_ids.back(), e.call.name, e.call.arguments));
       deltas.push_back(Json{{"tool_calls", Json::array({std::move(entry)})}});
     }
     if (!s_.stream) return;
     if (deltas.empty() && !logprobs.is_null()) deltas.push_back(Json{{"content", ""}});
     for (size_t i = 0; i < deltas.size(); ++i) {
       Write(ChatChunk(s_.meta, std::move(deltas[i]), i == 0 ? std::move(logprobs) : Json(nullptr), "",
-                      s_.include_usage));
+                      s_.include_usage, c));
     }
   }
 
-  // The non-streamed answer's message.
-  Json Message() const {
+  // A non-streamed chat answer's message.
+  Json Message(const Choice& ch) const {
     Json calls = Json::array();
-    for (size_t i = 0; i < call_ids_.size(); ++i) {
-      const ParsedToolCall& c = parser_.calls()[i];
-      calls.push_back(ToolCallJson(call_ids_[i], c.name, c.arguments));
+    for (size_t i = 0; i < ch.call_ids.size(); ++i) {
+      const ParsedToolCall& c = ch.parser.calls()[i];
+      calls.push_back(ToolCallJson(ch.call_ids[i], c.name, c.arguments));
     }
-    return AssistantMessage(s_.echo + parser_.content(), parser_.reasoning(), std::move(calls));
+    return AssistantMessage(s_.echo + ch.parser.content(), ch.parser.reasoning(), std::move(calls));
+  }
+
+  int64_t CompletionTokens() const {
+    int64_t n = 0;
+    for (const auto& ch : choices_) n += ch->out.num_tokens();
+    return n;
   }
 
   // Before the response completes: the access log reads the record then.
   void RecordTokens() {
-    if (s_.record) s_.record->SetTokens(s_.prompt_tokens, out_.num_tokens());
+    if (s_.record) s_.record->SetTokens(s_.prompt_tokens, CompletionTokens());
   }
 
-  void Complete(std::string_view engine_reason) {
+  // Choice `c` is done; the answer completes with the last choice.
+  void Complete(int64_t c, std::string_view engine_reason) {
+    Choice& ch = *choices_[c];
+    ch.done = true;
+    if (s_.chat) SendParsed(ch, c, ch.parser.Finish(), nullptr);
+    // OpenAI: an answer that ends in tool calls finishes with "tool_calls" (a cut one with "length").
+    const bool calls = !ch.call_ids.empty() || (s_.responses && s_.responses->has_calls());
+    ch.finish_reason = std::string(calls && engine_reason == "stop" ? "tool_calls" : engine_reason);
+    if (s_.stream && !s_.responses) {
+      if (s_.chat) {
+        Write(ChatChunk(s_.meta, Json::object(), nullptr, ch.finish_reason, s_.include_usage, c));
+      } else {
+        Write(CompletionChunk(s_.meta, "", nullptr, ch.finish_reason, s_.include_usage, c));
+      }
+    }
+    for (const auto& other : choices_)
+      if (!other->done) return;
     done_ = true;
     RecordTokens();
-    if (s_.chat) SendParsed(parser_.Finish(), nullptr);
-    // OpenAI: an answer that ends in tool calls finishes with "tool_calls" (a cut one with "length").
-    const bool calls = !call_ids_.empty() || (s_.responses && s_.responses->has_calls());
-    const std::string_view finish_reason = calls && engine_reason == "stop" ? "tool_calls" : engine_reason;
-    const int64_t completion = out_.num_tokens();
+    const int64_t completion = CompletionTokens();
     if (s_.responses) {
-      std::string events = s_.responses->Finish(finish_reason, s_.prompt_tokens, completion);
+      std::string events = s_.responses->Finish(ch.finish_reason, s_.prompt_tokens, completion);
       if (s_.stream) {
         ex_->Write(std::move(events));
         ex_->EndStream();
@@ -200,28 +260,35 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
         RespondJson(*ex_, s_.responses->Response());
       }
     } else if (s_.stream) {
-      if (s_.chat) {
-        Write(ChatChunk(s_.meta, Json::object(), nullptr, finish_reason, s_.include_usage));
-        if (s_.include_usage) Write(ChatUsageChunk(s_.meta, s_.prompt_tokens, completion));
-      } else {
-        Write(CompletionChunk(s_.meta, "", nullptr, finish_reason, s_.include_usage));
-        if (s_.include_usage) Write(CompletionUsageChunk(s_.meta, s_.prompt_tokens, completion));
+      if (s_.include_usage) {
+        Write(s_.chat ? ChatUsageChunk(s_.meta, s_.prompt_tokens, completion)
+                      : CompletionUsageChunk(s_.meta, s_.prompt_tokens, completion));
       }
       ex_->Write(std::string(kSseDone));
       ex_->EndStream();
-    } else if (s_.chat) {
-      RespondJson(*ex_, ChatResponse(s_.meta, Message(), out_.logprobs(), finish_reason, s_.prompt_tokens, completion));
     } else {
-      RespondJson(*ex_, CompletionResponse(s_.meta, s_.echo + out_.text(), out_.logprobs(), finish_reason,
-                                           s_.prompt_tokens, completion));
+      const Choice& first = *choices_[0];
+      Json j = s_.chat ? ChatResponse(s_.meta, Message(first), first.out.logprobs(), first.finish_reason,
+                                      s_.prompt_tokens, completion)
+                       : CompletionResponse(s_.meta, s_.echo + first.out.text(), first.out.logprobs(),
+                                            first.finish_reason, s_.prompt_tokens, completion);
+      for (int64_t i = 1; i < s_.n; ++i) {
+        const Choice& o = *choices_[i];
+        j["choices"].push_back(s_.chat ? ChatChoice(i, Message(o), o.out.logprobs(), o.finish_reason)
+                                       : CompletionChoice(i, s_.echo + o.out.text(), o.out.logprobs(), o.finish_reason));
+      }
+      RespondJson(*ex_, j);
     }
-    cfg_.metrics->CountFinished(engine_reason);
+    cfg_.metrics->CountFinished(choices_[0]->finish_reason == "tool_calls" ? "stop" : choices_[0]->finish_reason);
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
   }
 
+  // An engine error in any choice fails the whole answer (the other choices are cancelled).
   void Fail(const Status& status) {
     done_ = true;
     RecordTokens();
+    for (auto& ch : choices_)
+      if (ch->submitted && !ch->done) cfg_.engine->Cancel(ch->id);
     ApiError e = ApiError::FromStatus(status);
     if (e.status < 500) e = ApiError::FromStatus(Status::Internal(status.message()));
     e.message = "generation failed: " + e.message;
@@ -239,34 +306,49 @@ class GenerationRun : public std::enable_shared_from_this<GenerationRun> {
     cfg_.metrics->ObserveE2e(Seconds(Clock::now() - s_.arrival));
   }
 
+  // Submits Setup::later (once); a refused one fails the answer.
+  void SubmitLater();
+
   const ServingConfig& cfg_;
   const std::shared_ptr<HttpExchange> ex_;
-  const Setup s_;
-  TextOutput out_;
-  ChatOutputParser parser_;
-  std::vector<std::string> call_ids_;  // of the tool calls so far, in order
-  RequestId id_ = 0;
-  bool done_ = false;
+  Setup s_;  // (`later` is moved out by SubmitLater)
+  std::vector<std::unique_ptr<Choice>> choices_;  // index = choice index
+  bool done_ = false;  // the answer is complete, failed, or the client left
   bool first_token_seen_ = false;
-  Clock::time_point last_token_;
 };
 
-// Engine thread → strand: never blocks, never touches the run's state directly.
+// Engine thread → strand: never blocks, never touches the run's state directly. One per choice.
 class RunSink final : public RequestSink {
  public:
-  RunSink(std::shared_ptr<GenerationRun> run, std::shared_ptr<HttpExchange> ex)
-      : run_(std::move(run)), ex_(std::move(ex)) {}
+  RunSink(std::shared_ptr<GenerationRun> run, std::shared_ptr<HttpExchange> ex, int64_t choice)
+      : run_(std::move(run)), ex_(std::move(ex)), choice_(choice) {}
   void OnToken(const TokenEvent& ev) override {
-    ex_->Post([run = run_, ev] { run->OnToken(ev); });
+    ex_->Post([run = run_, c = choice_, ev] { run->OnToken(c, ev); });
   }
   void OnFinish(FinishReason reason, const Status& status, const Usage& usage) override {
-    ex_->Post([run = run_, reason, status, usage] { run->OnFinish(reason, status, usage); });
+    ex_->Post([run = run_, c = choice_, reason, status, usage] { run->OnFinish(c, reason, status, usage); });
   }
 
  private:
   const std::shared_ptr<GenerationRun> run_;
   const std::shared_ptr<HttpExchange> ex_;
+  const int64_t choice_;
 };
+
+void GenerationRun::SubmitLater() {
+  std::vector<RequestParams> later = std::move(s_.later);
+  s_.later.clear();
+  for (size_t k = 0; k < later.size() && !done_; ++k) {
+    const int64_t c = static_cast<int64_t>(k) + 1;
+    auto id = cfg_.engine->Submit(std::move(later[k]), std::make_shared<RunSink>(shared_from_this(), ex_, c));
+    if (!id.ok()) {
+      Fail(id.error());
+      return;
+    }
+    choices_[c]->id = *id;
+    choices_[c]->submitted = true;
+  }
+}
 
 uint64_t RandomSeed() {
   thread_local std::mt19937_64 rng(std::random_device{}());
@@ -438,6 +520,22 @@ Result<RequestParams> OpenAiServing::BuildParams(bool chat, const GenerationRequ
   p.sampling.top_k = g.top_k;
   p.sampling.min_p = g.min_p;
   p.sampling.seed = g.seed ? *g.seed : RandomSeed();
+  p.sampling.presence_penalty = g.presence_penalty;
+  p.sampling.frequency_penalty = g.frequency_penalty;
+  p.sampling.repetition_penalty = g.repetition_penalty;
+  p.sampling.min_tokens = g.min_tokens;
+  if (g.min_tokens > p.max_tokens) {
+    return FieldError("min_tokens", "must be <= the completion's max_tokens (" + std::to_string(p.max_tokens) +
+                                        "), got " + std::to_string(g.min_tokens));
+  }
+  const int64_t vocab = cfg_.engine->config().vocab_size;
+  for (const ops::LogitBias& b : g.logit_bias) {
+    if (b.id >= vocab) {
+      return FieldError("logit_bias", "token id " + std::to_string(b.id) + " is outside the vocabulary [0, " +
+                                          std::to_string(vocab) + ")");
+    }
+  }
+  p.logit_bias = g.logit_bias;
   p.ignore_eos = g.ignore_eos;
   p.top_logprobs = g.logprobs ? g.top_logprobs : 0;
   p.stop_ids = g.stop_token_ids;
@@ -478,6 +576,7 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   s.chat = chat;
   s.stream = g.stream;
   s.include_usage = g.include_usage;
+  s.n = responses ? 1 : g.n;
   const char* prefix = responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-";
   s.meta = ResponseMeta{g.request_id.empty() ? NewResponseId(prefix) : prefix + g.request_id,
                         static_cast<int64_t>(std::time(nullptr)), cfg_.served_model_name};
@@ -503,15 +602,43 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   if (responses) s.responses = std::make_shared<ResponsesOutput>(s.meta, std::move(request.responses));
   if (record) record->SetId(s.meta.id);
   s.record = std::move(record);
-  auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
-  auto submitted = cfg_.engine->Submit(std::move(*params), std::make_shared<RunSink>(run, ex));
-  if (!submitted.ok()) {
-    ApiError e = ApiError::FromStatus(submitted.error());
-    if (e.code == "context_length_exceeded") e.param = prompt_field;
-    RespondError(*ex, e);
-    return;
+  // n choices: one engine request each, choice i seeded with seed + i (a random seed each without
+  // one). With prefix caching, choices 1..n-1 are submitted when choice 0 has its first token, so
+  // the prompt's full blocks are prefilled once and hit by the others; without it every choice is
+  // submitted now and prefills the prompt. All or nothing: a refused Submit now cancels the
+  // choices before it (a refused later one fails the answer).
+  const int64_t n = s.n;
+  std::vector<RequestParams> choice_params;
+  for (int64_t i = 0; i < n; ++i) {
+    RequestParams pi = i + 1 < n ? *params : std::move(*params);
+    if (i > 0) pi.sampling.seed = g.seed ? *g.seed + static_cast<uint64_t>(i) : RandomSeed();
+    if (i > 0 && g.constraint) {  // a constraint is a per-request state: each choice gets its own
+      auto grammar = CompiledGrammar(*g.constraint);  // (compiled for choice 0: cached)
+      if (grammar.ok()) pi.constraint = std::make_shared<structured::GrammarConstraint>(*grammar);
+    }
+    choice_params.push_back(std::move(pi));
   }
-  run->Begin(*submitted);
+  const bool stagger = n > 1 && cfg_.engine->Stats().prefix_caching;
+  if (stagger) {
+    s.later.assign(std::make_move_iterator(choice_params.begin() + 1), std::make_move_iterator(choice_params.end()));
+    choice_params.resize(1);
+  }
+  auto run = std::make_shared<GenerationRun>(cfg_, ex, std::move(s));
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < choice_params.size(); ++i) {
+    RequestParams& pi = choice_params[i];
+    auto submitted = cfg_.engine->Submit(std::move(pi), std::make_shared<RunSink>(run, ex, static_cast<int64_t>(i)));
+    if (!submitted.ok()) {
+      run->Abandon();  // the choices submitted before finish into nothing
+      for (RequestId id : ids) cfg_.engine->Cancel(id);
+      ApiError e = ApiError::FromStatus(submitted.error());
+      if (e.code == "context_length_exceeded") e.param = prompt_field;
+      RespondError(*ex, e);
+      return;
+    }
+    ids.push_back(*submitted);
+  }
+  run->Begin(ids);
 }
 
 Result<OpenAiServing::Prepared> OpenAiServing::PrepareResponses(std::string_view body) const {

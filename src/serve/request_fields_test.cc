@@ -399,16 +399,63 @@ TEST_F(RequestFieldsTest, EveryFieldIsHonouredOrRefused) {
   });
   add("request_id", both, {{"request_id", "a b"}}, R);
 
+  // n: one engine request per choice, seeds seed + i; usage counts the prompt once (the
+  // streamed form is in NChoicesStreamWithTheirIndex).
+  add("n", both, {{"n", 3}, {"seed", 7}}, H, [&](const Outcome& o) {
+    Ok(o);
+    ASSERT_EQ(o.json["choices"].size(), 3u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(o.json["choices"][i]["index"], i);
+    EXPECT_EQ(o.params->sampling.seed, 9u);
+    EXPECT_EQ(o.json["usage"]["prompt_tokens"], o.params->prompt.size());
+    EXPECT_EQ(o.json["usage"]["completion_tokens"], 15);
+  });
+  add("n", both, {{"n", 0}}, R);
+  add("n", both, {{"n", 129}}, R);
+  // Logit processing: the values reach the engine (their effect: engine_test.cc, ops/penalties_test.cc
+  // and sampling_fields_test.cc over the real engine).
+  add("frequency_penalty", both, {{"frequency_penalty", 0.5}}, H, [](const Outcome& o) {
+    Ok(o);
+    EXPECT_FLOAT_EQ(o.params->sampling.frequency_penalty, 0.5f);
+  });
+  add("frequency_penalty", both, {{"frequency_penalty", 2.5}}, R);
+  add("presence_penalty", both, {{"presence_penalty", -0.5}}, H, [](const Outcome& o) {
+    Ok(o);
+    EXPECT_FLOAT_EQ(o.params->sampling.presence_penalty, -0.5f);
+  });
+  add("presence_penalty", both, {{"presence_penalty", -3}}, R);
+  add("repetition_penalty", both, {{"repetition_penalty", 1.1}}, H, [](const Outcome& o) {
+    Ok(o);
+    EXPECT_FLOAT_EQ(o.params->sampling.repetition_penalty, 1.1f);
+  });
+  add("repetition_penalty", both, {{"repetition_penalty", 0}}, R);
+  add("repetition_penalty", both, {{"repetition_penalty", 2.5}}, R);
+  add("min_tokens", both, {{"min_tokens", 3}}, H, [](const Outcome& o) {
+    Ok(o);
+    EXPECT_EQ(o.params->sampling.min_tokens, 3);
+  });
+  add("min_tokens", both, {{"min_tokens", -1}}, R);
+  add("min_tokens", both, {{"min_tokens", 3}, {"max_tokens", 2}}, R);
+  add("logit_bias", both, {{"logit_bias", {{"5", 1.5}, {"17", -100}}}}, H, [](const Outcome& o) {
+    Ok(o);
+    ASSERT_EQ(o.params->logit_bias.size(), 2u);
+    EXPECT_EQ(o.params->logit_bias[0].id, 5);
+    EXPECT_FLOAT_EQ(o.params->logit_bias[0].bias, 1.5f);
+    EXPECT_EQ(o.params->logit_bias[1].id, 17);
+    EXPECT_FLOAT_EQ(o.params->logit_bias[1].bias, -100.0f);
+  });
+  add("logit_bias", both, {{"logit_bias", {{"abc", 1}}}}, R);
+  add("logit_bias", both, {{"logit_bias", {{"-5", 1}}}}, R);
+  add("logit_bias", both, {{"logit_bias", {{"5", 1e9}}}}, R);  // OpenAI refuses outside [-100, 100]
+  add("logit_bias", both, {{"logit_bias", {{"5", "high"}}}}, R);
+  add("logit_bias", both, {{"logit_bias", {{"99999999", 1}}}}, R);  // outside the vocabulary
+  add("logit_bias", both, {{"logit_bias", Json::array({5})}}, R);
+
   // Default only: accepted at the neutral value, refused at any other.
   auto neutral = [&](const char* f, std::vector<Endpoint> es, Json ok, Json refused) {
     add(f, es, {{f, ok}}, A);
     add(f, es, {{f, refused}}, R);
   };
-  neutral("n", both, 1, 2);
   neutral("best_of", both, 1, 3);
-  neutral("frequency_penalty", both, 0, 0.5);
-  neutral("presence_penalty", both, 0.0, -0.5);
-  neutral("logit_bias", both, Json::object(), {{"5", 1}});
   // Structured output: each form reaches the engine as a constraint; bad values and unsupported
   // schema keywords are refused naming the field.
   auto constrained = [&](const char* f, Json value) {
@@ -441,8 +488,6 @@ TEST_F(RequestFieldsTest, EveryFieldIsHonouredOrRefused) {
   neutral("store", {C}, false, true);
   neutral("service_tier", {C}, "auto", "priority");
   neutral("modalities", {C}, Json::array({"text"}), Json::array({"text", "audio"}));
-  neutral("repetition_penalty", both, 1, 1.1);
-  neutral("min_tokens", both, 0, 3);
   neutral("use_beam_search", both, false, true);
   neutral("length_penalty", both, 1.0, 0.8);
   neutral("bad_words", both, Json::array(), Json::array({"x"}));
@@ -501,6 +546,49 @@ TEST_F(RequestFieldsTest, EveryFieldIsHonouredOrRefused) {
 }
 
 // ---- behaviours that need more than a probe ---------------------------------------------------
+
+// n > 1 streamed: every chunk carries its choice's index; each choice gets its text and its own
+// finish chunk; one usage chunk counts the prompt once and the completions summed.
+TEST_F(RequestFieldsTest, NChoicesStreamWithTheirIndex) {
+  StartProbing();
+  for (Endpoint e : {Endpoint::kChat, Endpoint::kCompletions}) {
+    SCOPED_TRACE(EndpointPath(e));
+    const Outcome o = Run({"n", e, {{"n", 3}, {"stream", true}, {"stream_options", {{"include_usage", true}}}},
+                           Expect::kAccepted});
+    ASSERT_EQ(o.reply.status, 200) << o.reply.body;
+    const auto events = o.reply.events();
+    ASSERT_EQ(events.back(), "[DONE]");
+    std::vector<std::string> text(3);
+    std::vector<int> finishes(3, 0);
+    int usage_chunks = 0;
+    for (const std::string& ev : events) {
+      if (ev == "[DONE]") continue;
+      const Json c = Json::parse(ev);
+      if (c["choices"].empty()) {
+        ++usage_chunks;
+        EXPECT_EQ(c["usage"]["prompt_tokens"], o.params->prompt.size());
+        EXPECT_EQ(c["usage"]["completion_tokens"], 15);
+        continue;
+      }
+      ASSERT_EQ(c["choices"].size(), 1u);
+      const Json& ch = c["choices"][0];
+      const int i = ch["index"].get<int>();
+      ASSERT_TRUE(i >= 0 && i < 3) << ev;
+      if (ch.contains("text")) text[i] += ch["text"].get<std::string>();
+      if (ch.contains("delta") && ch["delta"].contains("content") && ch["delta"]["content"].is_string())
+        text[i] += ch["delta"]["content"].get<std::string>();
+      if (ch["finish_reason"].is_string()) {
+        ++finishes[i];
+        EXPECT_EQ(ch["finish_reason"], "length");
+      }
+    }
+    EXPECT_EQ(usage_chunks, 1);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(text[i], Script(5)) << "choice " << i;
+      EXPECT_EQ(finishes[i], 1) << "choice " << i;
+    }
+  }
+}
 
 TEST_F(RequestFieldsTest, IncludeStopStrInOutputStreamedAndNot) {
   StartProbing();

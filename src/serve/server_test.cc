@@ -155,7 +155,7 @@ TEST_F(ServerTest, MalformedJsonAndBadFields) {
   EXPECT_EQ(t.status, 400);
   EXPECT_NE(ErrorMessage(t).find("temperature"), std::string::npos);
   EXPECT_EQ(t.json()["error"]["param"], "temperature");
-  const Reply n = Post("/v1/completions", Completion({{"n", 3}}));
+  const Reply n = Post("/v1/completions", Completion({{"n", 0}}));
   EXPECT_EQ(n.status, 400);
   EXPECT_EQ(n.json()["error"]["param"], "n");
   const Reply ids = Post("/v1/completions", Completion({{"prompt", {1, 99999}}}));

@@ -7,9 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/engine.h"
-#include "runtime/random_model_for_tests.h"
-#include "serve/server_test_fixture.h"
+#include "serve/engine_server_for_tests.h"
 #include "structured/schema_check_for_tests.h"
 
 namespace gyre::serve::testing {
@@ -18,50 +16,16 @@ namespace {
 class StructuredOutputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = std::string(GYRE_SOURCE_DIR) + "/tests/fixtures/glm5_tiny";
-    auto t = Tokenizer::FromFile(dir);
-    ASSERT_TRUE(t.ok()) << t.error().ToString();
-    tok_ = std::move(*t);
-    std::ifstream in(dir + "/config.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    model_ = RandomModel(ss.str().c_str(), 4);
-    ASSERT_TRUE(model_);
     EngineOptions eo;
     eo.max_num_seqs = 4;
-    auto e = Engine::Create(*model_, eo);
-    ASSERT_TRUE(e.ok()) << e.error().ToString();
-    engine_ = std::move(*e);
-    ASSERT_TRUE(engine_->Start().ok());
-    ServerDeps d;
-    d.engine = engine_.get();
-    d.tokenizer = tok_.get();
-    d.tokenizer_config.eos_token = "<|endoftext|>";
-    d.render_chat = [](const Json& ctx) -> Result<std::string> {
+    es_.Start(4, eo, [](const Json& ctx) -> Result<std::string> {
       std::string s;
       for (const auto& m : ctx["messages"]) s += "<|" + m["role"].get<std::string>() + "|>" + m["content"].get<std::string>();
       return s + "<|assistant|>";
-    };
-    ServerOptions so;
-    so.http.port = 0;
-    so.http.num_threads = 2;
-    so.served_model_name = "tiny";
-    so.kv_page_tokens = 16;
-    auto s = Server::Create(std::move(d), so);
-    ASSERT_TRUE(s.ok()) << s.error().ToString();
-    server_ = std::move(*s);
-    ASSERT_TRUE(server_->Start().ok());
-    port_ = server_->port();
+    });
   }
-  void TearDown() override {
-    if (server_) server_->Stop(500);
-  }
-  Reply Post(const std::string& path, const Json& body) {
-    Client c(port_);
-    EXPECT_TRUE(c.ok());
-    c.Send("POST", path, body.dump());
-    return c.Read(60000);
-  }
+  void TearDown() override { es_.Stop(); }
+  Reply Post(const std::string& path, const Json& body) { return es_.Post(path, body.dump()); }
   // The generated text of a response (SSE or not).
   static std::string Text(const Reply& r, std::string* finish) {
     std::string t;
@@ -84,11 +48,7 @@ class StructuredOutputTest : public ::testing::Test {
     return ch.contains("text") ? ch["text"].get<std::string>() : ch["message"]["content"].get<std::string>();
   }
 
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<Server> server_;
-  int port_ = 0;
+  EngineServer es_;
 };
 
 TEST_F(StructuredOutputTest, SchemasOverHttpAlwaysValidate) {

@@ -252,7 +252,8 @@ test('400: malformed JSON, bad field (named), context too long (with the numbers
   assert.equal(e.param, 'temperature');
   assert.match(e.message, /temperature/);
 
-  await expectApiError(400, () => client.chat.completions.create({ model: MODEL, messages, n: 2 }));
+  const n = await expectApiError(400, () => client.chat.completions.create({ model: MODEL, messages, n: 129 }));
+  assert.equal(n.param, 'n');
 
   const long = 'word '.repeat(MAX_MODEL_LEN + 50);
   const c = await expectApiError(400, () => client.completions.create({ model: MODEL, prompt: long, max_tokens: 10 }));
@@ -261,6 +262,34 @@ test('400: malformed JSON, bad field (named), context too long (with the numbers
   const [, total, prompt] = c.message.match(/you requested (\d+) tokens \((\d+) in the prompt/);
   assert.equal(Number(total), Number(prompt) + 10);
   assert.equal(c.code, 'context_length_exceeded');
+});
+
+test('n choices, penalties and logit_bias through the client (streamed chunks carry their index)', async () => {
+  const req = { model: MODEL, prompt: 'Several answers:', max_tokens: 8, temperature: 1.0, seed: 7, n: 3,
+    presence_penalty: 0.5, frequency_penalty: 0.5, logit_bias: { 5: -100 }, ignore_eos: true };
+  const full = await client.completions.create(req);
+  assert.equal(full.choices.length, 3);
+  full.choices.forEach((c, i) => assert.equal(c.index, i));
+  assert.equal(full.usage.completion_tokens, 24);
+  const one = await client.completions.create({ ...req, n: 1, seed: 8 });
+  assert.equal(one.choices[0].text, full.choices[1].text);  // choice i is seed + i
+  assert.equal(one.usage.prompt_tokens, full.usage.prompt_tokens);  // the prompt counted once
+  const texts = ['', '', ''];
+  const finishes = [0, 0, 0];
+  for await (const c of await client.completions.create({ ...req, stream: true })) {
+    for (const ch of c.choices) {
+      texts[ch.index] += ch.text;
+      if (ch.finish_reason) finishes[ch.index] += 1;
+    }
+  }
+  assert.deepEqual(texts, full.choices.map((c) => c.text));
+  assert.deepEqual(finishes, [1, 1, 1]);
+  const chat = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 4, n: 2, seed: 3,
+    repetition_penalty: 1.3, min_tokens: 2 });
+  assert.equal(chat.choices.length, 2);
+  const e = await expectApiError(400, () =>
+    client.completions.create({ model: MODEL, prompt: 'x', logit_bias: { abc: 1 } }));
+  assert.equal(e.param, 'logit_bias');
 });
 
 test('request fields: honoured or refused by name, never ignored (docs/serve.md)', async () => {

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -22,5 +24,20 @@ Status LinearF32OnDevice(const float* x, int64_t n, int64_t in, const float* w, 
 // otherwise the recurrent kernel runs all t tokens in one launch.
 Status KdaOnDevice(bool chunked, const float* q, const float* k, const float* v, const float* g, const float* beta,
                    int64_t t, int64_t h, int64_t dk, float* state, float* o);
+
+// Logit processing (penalties_cuda.h ApplyPenaltyRows) of `rows` rows of logits [rows, vocab], in
+// place: row r with rows[r]'s parameters and the counts output_counts / in_prompt [rows, vocab].
+struct PenaltyRowsHost {
+  struct Row {
+    std::vector<std::pair<int32_t, float>> bias;
+    std::vector<int32_t> stop_ids;
+    bool mask_stops = false;
+    float presence = 0, frequency = 0, repetition = 1;
+  };
+  std::vector<Row> rows;
+  const int32_t* output_counts = nullptr;
+  const uint8_t* in_prompt = nullptr;
+};
+Status PenaltiesOnDevice(float* logits, int64_t rows, int64_t vocab, const PenaltyRowsHost& in);
 
 }  // namespace gyre::cuda
