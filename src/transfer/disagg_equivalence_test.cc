@@ -110,6 +110,10 @@ struct PromptCase {
   std::string name;
 };
 
+void PrintTo(const PromptCase& c, std::ostream* os) {
+  *os << c.backend.name << "/" << c.fixture << "/" << c.name << " (" << c.length << " tokens)";
+}
+
 class DisaggEquivalence : public ::testing::TestWithParam<PromptCase> {};
 
 constexpr int kDecodeTokens = 12;

@@ -150,6 +150,8 @@ std::vector<FaultCase> FaultCases() {
   return c;
 }
 
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.name << " {" << c.policy.ToString() << "}"; }
+
 class TransferFaults : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(TransferFaults, CompleteAndExactOrFailedAndNothingHeld) {
