@@ -10,6 +10,7 @@
 
 #include "engine/test_backends.h"
 #include "runtime/model.h"
+#include "transfer/faulty_connection.h"
 #include "transfer/tcp_connection.h"
 #include "transfer/transfer_engine.h"
 
@@ -102,6 +103,20 @@ class Instance {
   IdPool pages_, slots_;
 };
 
+// Both ends of a TCP loopback connection (client, server).
+std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> TcpPair() {
+  auto listener = TcpListener::Listen("127.0.0.1", 0);
+  EXPECT_TRUE(listener.ok()) << listener.status().ToString();
+  if (!listener.ok()) return {};
+  Result<std::unique_ptr<Connection>> server = Status::Internal("not accepted");
+  std::thread acc([&] { server = (*listener)->Accept(milliseconds(5000)); });
+  auto client = TcpConnect("127.0.0.1", (*listener)->port(), milliseconds(5000));
+  acc.join();
+  EXPECT_TRUE(client.ok() && server.ok());
+  if (!client.ok() || !server.ok()) return {};
+  return {std::move(*client), std::move(*server)};
+}
+
 struct PromptCase {
   testing::Backend backend;
   std::string fixture;
@@ -139,15 +154,10 @@ TEST_P(DisaggEquivalence, DecodeOnAnotherRunnerAfterTcpTransferMatchesColocated)
   // Disaggregated: prefill on A, transfer over TCP, decode on B.
   Instance a(**model, pc.backend), b(**model, pc.backend);
   ASSERT_TRUE(a.ok() && b.ok());
-  auto listener = TcpListener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
-  Result<std::unique_ptr<Connection>> server = Status::Internal("");
-  std::thread acc([&] { server = (*listener)->Accept(milliseconds(5000)); });
-  auto client = TcpConnect("127.0.0.1", (*listener)->port(), milliseconds(5000));
-  acc.join();
-  ASSERT_TRUE(client.ok() && server.ok());
-  TransferSender sender(**client, {});
-  TransferReceiver receiver(**server, {});
+  auto [client, server] = TcpPair();
+  ASSERT_TRUE(client && server);
+  TransferSender sender(*client, {});
+  TransferReceiver receiver(*server, {});
 
   auto as = a.NewSeq();
   ASSERT_TRUE(as.ok());
@@ -214,6 +224,82 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DisaggEquivalence, ::testing::ValuesIn(Cases(
                          [](const auto& info) {
                            return info.param.backend.name + "_" + info.param.fixture + "_" + info.param.name;
                          });
+
+// The invariant end to end, under faults on the TCP link: a request either completes on
+// B with the colocated tokens, or its transfer fails with a Status while A still holds the
+// sequence (and decodes it there: the fallback gives the same tokens); both instances' pools and
+// the receiver's held bytes return to zero.
+TEST(DisaggUnderFaults, CompletesIdenticalOrFailsAndPoolsReturnToZero) {
+  auto model = Model::Load(Fixture("glm5_tiny"));
+  ASSERT_TRUE(model.ok());
+  const testing::Backend cpu = testing::Backends().front();
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 53 + 7) % 900);
+  Instance colo(**model, cpu);
+  auto cs = colo.NewSeq();
+  ASSERT_TRUE(cs.ok());
+  auto first = colo.Prefill(*cs, prompt, {24, 16});
+  ASSERT_TRUE(first.ok());
+  auto want = colo.Decode(*cs, *first, kDecodeTokens);
+  ASSERT_TRUE(want.ok());
+
+  int completed = 0, failed = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    Instance a(**model, cpu), b(**model, cpu);
+    auto [client, server] = TcpPair();
+    ASSERT_TRUE(client && server);
+    FaultPolicy p;
+    p.seed = seed;
+    p.drop = p.corrupt = p.truncate = 0.08;
+    p.duplicate = p.reorder = 0.1;
+    if (seed == 8) p.kill_after = 3;
+    FaultyConnection tx(std::move(client), p);
+    SenderOptions so;
+    so.ack_timeout = milliseconds(200);
+    TransferSender sender(tx, so);
+    ReceiverOptions ro;
+    ro.staging_timeout = milliseconds(300);
+    TransferReceiver receiver(*server, ro);
+
+    auto as = a.NewSeq();
+    ASSERT_TRUE(as.ok());
+    auto a_first = a.Prefill(*as, prompt, {24, 16});
+    ASSERT_TRUE(a_first.ok());
+    auto image = ExportSequence(a.runner(), as->slot, as->pages, as->num_tokens, *a_first);
+    ASSERT_TRUE(image.ok());
+    const Status sent = sender.Send(seed, *image);
+    std::vector<int32_t> got_tokens;
+    if (sent.ok()) {
+      ++completed;
+      a.Release(*as);
+      auto got = receiver.Take(seed, milliseconds(5000));
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      auto bs = b.NewSeq();
+      ASSERT_TRUE(bs.ok() && b.Reserve(*bs, got->num_tokens).ok());
+      ASSERT_TRUE(ImportSequence(b.runner(), *got, bs->slot, bs->pages).ok());
+      bs->num_tokens = got->num_tokens;
+      auto d = b.Decode(*bs, got->next_token, kDecodeTokens);
+      ASSERT_TRUE(d.ok());
+      got_tokens = *d;
+      b.Release(*bs);
+    } else {
+      ++failed;
+      EXPECT_FALSE(sent.message().empty());
+      if (seed == 8) EXPECT_EQ(sent.code(), StatusCode::kUnavailable) << sent.ToString();
+      auto d = a.Decode(*as, *a_first, kDecodeTokens);  // the sender kept everything
+      ASSERT_TRUE(d.ok());
+      got_tokens = *d;
+      a.Release(*as);
+    }
+    EXPECT_EQ(got_tokens, *want) << "seed " << seed << " " << sent.ToString();
+    for (int i = 0; i < 300 && receiver.held_bytes() != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+    EXPECT_EQ(receiver.held_bytes(), 0) << "seed " << seed;
+    EXPECT_EQ(a.used(), 0);
+    EXPECT_EQ(b.used(), 0);
+  }
+  EXPECT_GT(completed, 0);
+  EXPECT_GT(failed, 0);  // at least the killed link
+}
 
 TEST(DisaggImport, RefusesAnImageOfAnotherFormat) {
   auto model = Model::Load(Fixture("glm5_tiny"));

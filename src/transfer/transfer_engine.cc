@@ -120,7 +120,7 @@ void TransferReceiver::Stop() {
   std::lock_guard<std::mutex> l(mu_);
   for (auto& [id, st] : staging_) FreeStaging(st);
   staging_.clear();
-  for (auto& [id, im] : ready_) held_bytes_ -= im.num_bytes();
+  for (auto& [id, r] : ready_) held_bytes_ -= r.first.num_bytes();
   ready_.clear();
 }
 
@@ -147,7 +147,7 @@ Result<SequenceImage> TransferReceiver::Take(uint64_t id, std::chrono::milliseco
     return ready_.count(id) || aborted_.count(id) || link_closed_ || stop_;
   });
   if (auto it = ready_.find(id); it != ready_.end()) {
-    SequenceImage im = std::move(it->second);
+    SequenceImage im = std::move(it->second.first);
     ready_.erase(it);
     held_bytes_ -= im.num_bytes();
     return im;
@@ -169,7 +169,7 @@ void TransferReceiver::DropLocked(uint64_t id) {
     staging_.erase(it);
   }
   if (auto it = ready_.find(id); it != ready_.end()) {
-    held_bytes_ -= it->second.num_bytes();
+    held_bytes_ -= it->second.first.num_bytes();
     ready_.erase(it);
   }
 }
@@ -209,6 +209,17 @@ void TransferReceiver::FreeStaging(Staging& st) {
 
 void TransferReceiver::ExpireIdle() {
   const auto now = std::chrono::steady_clock::now();
+  for (auto it = ready_.begin(); it != ready_.end();) {
+    if (now - it->second.second < opts_.ready_timeout) {
+      ++it;
+      continue;
+    }
+    ++stats_.expired;
+    held_bytes_ -= it->second.first.num_bytes();
+    it = ready_.erase(it);
+  }
+  for (auto* ids : {&completed_, &aborted_})
+    std::erase_if(*ids, [&](const auto& e) { return now - e.second >= opts_.remember_timeout; });
   for (auto it = staging_.begin(); it != staging_.end();) {
     if (now - it->second.last_seen < opts_.staging_timeout) {
       ++it;
@@ -240,7 +251,7 @@ void TransferReceiver::Handle(const FrameHeader& h, std::span<const std::byte> m
   if (h.kind == FrameKind::kAbort) {
     DropLocked(id);
     ++stats_.aborted;
-    aborted_.insert(id);
+    aborted_.emplace(id, std::chrono::steady_clock::now());
     completed_.erase(id);
     cv_.notify_all();
     return;
@@ -349,8 +360,9 @@ void TransferReceiver::TryComplete(uint64_t id, Staging& st) {
   const uint32_t attempt = st.attempt;
   st.bytes = 0;
   staging_.erase(id);
-  ready_.emplace(id, std::move(im));
-  completed_.insert(id);
+  const auto now = std::chrono::steady_clock::now();
+  ready_.emplace(id, std::make_pair(std::move(im), now));
+  completed_.emplace(id, now);
   ++stats_.accepted;
   Answer(FrameKind::kAck, id, attempt, Status::Ok());
   cv_.notify_all();

@@ -28,7 +28,6 @@
 #include <map>
 #include <optional>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -81,11 +80,16 @@ class TransferSender {
 struct ReceiverOptions {
   // A transfer that sends nothing for this long is dropped (a sender that died or gave up).
   std::chrono::milliseconds staging_timeout{30000};
+  // An accepted image nobody takes for this long is dropped (its request was given up).
+  std::chrono::milliseconds ready_timeout{120000};
+  // How long accepted and aborted request ids are remembered (to re-acknowledge retries and
+  // ignore late frames); bounds the memory of those sets.
+  std::chrono::milliseconds remember_timeout{600000};
   int64_t max_request_bytes = int64_t{1} << 36;  // larger announced images are refused
 };
 
 struct ReceiverStats {
-  int64_t accepted = 0, refused = 0, aborted = 0, abandoned = 0;
+  int64_t accepted = 0, refused = 0, aborted = 0, abandoned = 0, expired = 0;
   int64_t bad_frames = 0;  // undecodable headers (ignored: nobody to answer)
   int64_t bytes_received = 0, pieces_received = 0;
 };
@@ -108,7 +112,8 @@ class TransferReceiver {
   // Drops whatever is held for `request_id` (staged or accepted and not taken).
   void Drop(uint64_t request_id);
 
-  // Bytes held for transfers in progress and accepted images not taken (0 when idle).
+  // Bytes held for transfers in progress and accepted images not taken (0 when idle; idle
+  // transfers and untaken images expire after staging_timeout / ready_timeout).
   int64_t held_bytes() const;
   int64_t num_in_flight() const;  // transfers staged, not yet accepted
   ReceiverStats stats() const;
@@ -142,9 +147,10 @@ class TransferReceiver {
   bool stop_ = false;
   bool link_closed_ = false;
   std::map<uint64_t, Staging> staging_;
-  std::map<uint64_t, SequenceImage> ready_;
-  std::set<uint64_t> completed_;  // accepted ids (re-acknowledged when a retry arrives)
-  std::set<uint64_t> aborted_;
+  using TimePoint = std::chrono::steady_clock::time_point;
+  std::map<uint64_t, std::pair<SequenceImage, TimePoint>> ready_;  // id → (image, accepted at)
+  std::map<uint64_t, TimePoint> completed_;  // accepted ids (re-acknowledged when a retry arrives)
+  std::map<uint64_t, TimePoint> aborted_;
   int64_t held_bytes_ = 0;
   ReceiverStats stats_;
 };

@@ -230,6 +230,20 @@ TEST(TransferFaults, AbortDropsAnAcceptedImageWhoseAcksWereLost) {
   EXPECT_EQ(o.held_after, 0);
 }
 
+TEST(TransferLoopback, AnImageNobodyTakesExpires) {
+  auto [a, b] = MakeLoopbackPair();
+  ReceiverOptions ro;
+  ro.ready_timeout = milliseconds(100);
+  TransferReceiver receiver(*b, ro);
+  TransferSender sender(*a, {});
+  ASSERT_TRUE(sender.Send(5, RandomImage(40, 5)).ok());
+  EXPECT_GT(receiver.held_bytes(), 0);
+  for (int i = 0; i < 300 && receiver.held_bytes() != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(receiver.held_bytes(), 0);
+  EXPECT_EQ(receiver.stats().expired, 1);
+  EXPECT_EQ(receiver.Take(5, milliseconds(10)).status().code(), StatusCode::kDeadlineExceeded);
+}
+
 TEST(TransferTcp, CompletesByteExactAndSurvivesFaults) {
   auto listener = TcpListener::Listen("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status().ToString();
