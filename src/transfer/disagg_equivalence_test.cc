@@ -11,7 +11,7 @@
 #include "engine/test_backends.h"
 #include "runtime/model.h"
 #include "transfer/faulty_connection.h"
-#include "transfer/tcp_connection.h"
+#include "transfer/tcp_pair_for_tests.h"
 #include "transfer/transfer_engine.h"
 
 namespace gyre::transfer {
@@ -102,20 +102,6 @@ class Instance {
   std::unique_ptr<ModelRunner> runner_;
   IdPool pages_, slots_;
 };
-
-// Both ends of a TCP loopback connection (client, server).
-std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> TcpPair() {
-  auto listener = TcpListener::Listen("127.0.0.1", 0);
-  EXPECT_TRUE(listener.ok()) << listener.status().ToString();
-  if (!listener.ok()) return {};
-  Result<std::unique_ptr<Connection>> server = Status::Internal("not accepted");
-  std::thread acc([&] { server = (*listener)->Accept(milliseconds(5000)); });
-  auto client = TcpConnect("127.0.0.1", (*listener)->port(), milliseconds(5000));
-  acc.join();
-  EXPECT_TRUE(client.ok() && server.ok());
-  if (!client.ok() || !server.ok()) return {};
-  return {std::move(*client), std::move(*server)};
-}
 
 struct PromptCase {
   testing::Backend backend;

@@ -9,7 +9,7 @@
 
 #include "transfer/checksum.h"
 #include "transfer/faulty_connection.h"
-#include "transfer/tcp_connection.h"
+#include "transfer/tcp_pair_for_tests.h"
 #include "transfer/transfer_engine.h"
 #include "transfer/wire.h"
 
@@ -245,16 +245,10 @@ TEST(TransferLoopback, AnImageNobodyTakesExpires) {
 }
 
 TEST(TransferTcp, CompletesByteExactAndSurvivesFaults) {
-  auto listener = TcpListener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
   for (uint64_t seed : {0, 1, 2, 3}) {
-    Result<std::unique_ptr<Connection>> server = Status::Internal("");
-    std::thread acc([&] { server = (*listener)->Accept(milliseconds(5000)); });
-    auto client = TcpConnect("127.0.0.1", (*listener)->port(), milliseconds(5000));
-    acc.join();
-    ASSERT_TRUE(client.ok()) << client.status().ToString();
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
-    std::unique_ptr<Connection> tx = std::move(*client);
+    auto [client, server] = TcpPair();
+    ASSERT_TRUE(client && server);
+    std::unique_ptr<Connection> tx = std::move(client);
     if (seed > 0) {
       FaultPolicy p;
       p.seed = seed;
@@ -262,7 +256,7 @@ TEST(TransferTcp, CompletesByteExactAndSurvivesFaults) {
       tx = std::make_unique<FaultyConnection>(std::move(tx), p);
     }
     const SequenceImage im = RandomImage(300, seed, 4096, 2048);
-    Outcome o = RunTransfer(*tx, **server, im);
+    Outcome o = RunTransfer(*tx, *server, im);
     ExpectInvariant(o, im, "tcp seed " + std::to_string(seed));
     if (seed == 0) {
       ASSERT_TRUE(o.sent.ok()) << o.sent.ToString();
@@ -272,17 +266,12 @@ TEST(TransferTcp, CompletesByteExactAndSurvivesFaults) {
 }
 
 TEST(TransferTcp, PeerKilledMidTransferIsUnavailableOnBothSides) {
-  auto listener = TcpListener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok());
-  Result<std::unique_ptr<Connection>> server = Status::Internal("");
-  std::thread acc([&] { server = (*listener)->Accept(milliseconds(5000)); });
-  auto client = TcpConnect("127.0.0.1", (*listener)->port(), milliseconds(5000));
-  acc.join();
-  ASSERT_TRUE(client.ok() && server.ok());
+  auto [client, server] = TcpPair();
+  ASSERT_TRUE(client && server);
   FaultPolicy p;
   p.kill_after = 5;
-  FaultyConnection tx(std::move(*client), p);
-  Outcome o = RunTransfer(tx, **server, RandomImage(200, 9));
+  FaultyConnection tx(std::move(client), p);
+  Outcome o = RunTransfer(tx, *server, RandomImage(200, 9));
   EXPECT_EQ(o.sent.code(), StatusCode::kUnavailable) << o.sent.ToString();
   EXPECT_EQ(o.taken.status().code(), StatusCode::kUnavailable) << o.taken.status().ToString();
   EXPECT_EQ(o.receiver.accepted, 0);
