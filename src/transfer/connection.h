@@ -32,8 +32,11 @@ inline Status DeadlineExceeded(std::string message) {
 class Connection {
  public:
   virtual ~Connection() = default;
-  // Queues `message` for the peer. Unavailable once either side has closed.
-  virtual Status Send(std::span<const std::byte> message) = 0;
+  // Queues one message, the bytes of `head` followed by those of `body`, for the peer (a gather
+  // write: the TCP transport writes `body` from where it lies). Unavailable once either side has
+  // closed.
+  virtual Status Send(std::span<const std::byte> head, std::span<const std::byte> body) = 0;
+  Status Send(std::span<const std::byte> message) { return Send(message, {}); }
   // The next message from the peer, waiting at most `timeout`. DeadlineExceeded when none came in
   // time; Unavailable once the connection is closed (by either side) and no message is left.
   virtual Result<Message> Receive(std::chrono::milliseconds timeout) = 0;

@@ -19,7 +19,7 @@ FaultCounts FaultyConnection::counts() const {
   return counts_;
 }
 
-Status FaultyConnection::Send(std::span<const std::byte> message) {
+Status FaultyConnection::Send(std::span<const std::byte> head, std::span<const std::byte> body) {
   std::lock_guard<std::mutex> l(mu_);
   if (policy_.kill_after >= 0 && counts_.sent >= policy_.kill_after) {
     if (!counts_.killed) inner_->Close();
@@ -41,7 +41,8 @@ Status FaultyConnection::Send(std::span<const std::byte> message) {
     ++counts_.dropped;
     return Status::Ok();
   }
-  Message m(message.begin(), message.end());
+  Message m(head.begin(), head.end());
+  m.insert(m.end(), body.begin(), body.end());
   if (truncate && !m.empty()) {
     ++counts_.truncated;
     m.resize(r1 % m.size());

@@ -43,7 +43,8 @@ class FaultyConnection final : public Connection {
   // Wraps `inner` (owned).
   FaultyConnection(std::unique_ptr<Connection> inner, const FaultPolicy& policy);
 
-  Status Send(std::span<const std::byte> message) override;
+  using Connection::Send;
+  Status Send(std::span<const std::byte> head, std::span<const std::byte> body) override;
   Result<Message> Receive(std::chrono::milliseconds timeout) override { return inner_->Receive(timeout); }
   void Close() override { inner_->Close(); }
 

@@ -21,10 +21,13 @@ class LoopbackConnection final : public Connection {
   LoopbackConnection(std::shared_ptr<Link> link, int me) : link_(std::move(link)), me_(me) {}
   ~LoopbackConnection() override { Close(); }
 
-  Status Send(std::span<const std::byte> message) override {
+  using Connection::Send;
+  Status Send(std::span<const std::byte> head, std::span<const std::byte> body) override {
+    Message m(head.begin(), head.end());
+    m.insert(m.end(), body.begin(), body.end());
     std::lock_guard<std::mutex> l(link_->mu);
     if (link_->closed) return Status::Unavailable("loopback connection closed");
-    link_->queue[1 - me_].emplace_back(message.begin(), message.end());
+    link_->queue[1 - me_].push_back(std::move(m));
     link_->cv.notify_all();
     return Status::Ok();
   }

@@ -45,13 +45,15 @@ class TcpConnection final : public Connection {
     socket_.close(ec);
   }
 
-  Status Send(std::span<const std::byte> message) override {
+  using Connection::Send;
+  Status Send(std::span<const std::byte> head, std::span<const std::byte> body) override {
     if (closed_.load(std::memory_order_acquire)) return Status::Unavailable("tcp connection closed");
     std::byte len[8];
-    PutLength(message.size(), len);
+    PutLength(head.size() + body.size(), len);
     std::lock_guard<std::mutex> l(send_mu_);
     boost::system::error_code ec;
-    const std::array<asio::const_buffer, 2> bufs = {asio::buffer(len, 8), asio::buffer(message.data(), message.size())};
+    const std::array<asio::const_buffer, 3> bufs = {asio::buffer(len, 8), asio::buffer(head.data(), head.size()),
+                                                    asio::buffer(body.data(), body.size())};
     asio::write(socket_, bufs, ec);
     if (ec) {
       Close();

@@ -28,7 +28,9 @@ Status TransferSender::SendAttempt(uint64_t id, uint32_t attempt, const Sequence
   for (uint32_t seq = 0; seq <= num_pages; ++seq) {
     const std::vector<std::byte>& piece = seq < num_pages ? im.pages[seq] : im.state;
     h.seq = seq;
-    GYRE_RETURN_IF_ERROR(conn_.Send(EncodeFrame(h, piece)));
+    h.payload_bytes = piece.size();
+    h.payload_checksum = sums[seq];  // computed once, in Send
+    GYRE_RETURN_IF_ERROR(conn_.Send(EncodeFrameHeader(h), piece));
     bytes += static_cast<int64_t>(piece.size());
   }
   h.kind = FrameKind::kEnd;

@@ -65,8 +65,14 @@ class Reader {
 Message EncodeFrame(FrameHeader h, std::span<const std::byte> payload) {
   h.payload_bytes = payload.size();
   h.payload_checksum = Checksum(payload);
+  Message m = EncodeFrameHeader(h);
+  m.insert(m.end(), payload.begin(), payload.end());
+  return m;
+}
+
+Message EncodeFrameHeader(const FrameHeader& h) {
   Writer w;
-  w.out().reserve(kFrameHeaderBytes + payload.size());
+  w.out().reserve(kFrameHeaderBytes);
   w.U32(kMagic);
   w.U16(kVersion);
   w.U16(static_cast<uint16_t>(h.kind));
@@ -76,7 +82,6 @@ Message EncodeFrame(FrameHeader h, std::span<const std::byte> payload) {
   w.U64(h.payload_bytes);
   w.U64(h.payload_checksum);
   w.U64(Checksum(w.out()));
-  w.Bytes(payload);
   return std::move(w.out());
 }
 

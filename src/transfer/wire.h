@@ -50,6 +50,9 @@ struct EndInfo {
 
 // A frame with `payload`; header.payload_bytes and payload_checksum are filled in here.
 Message EncodeFrame(FrameHeader header, std::span<const std::byte> payload);
+// The 48 header bytes alone, for a payload sent beside them (Connection::Send(head, body)).
+// REQUIRES: header.payload_bytes and payload_checksum describe that payload.
+Message EncodeFrameHeader(const FrameHeader& header);
 // The header of `message`. DataLoss when the message is shorter than a header, the magic or
 // version is wrong, the header checksum fails, or the payload length disagrees with the message.
 // The payload checksum is not checked here (see PayloadOf).
