@@ -25,6 +25,7 @@ DisaggRunner::DisaggRunner(ModelRunner& prefill, ModelRunner& decode, Connection
       sender_(to_decode, opts.sender),
       receiver_(std::make_unique<TransferReceiver>(from_prefill, opts.receiver)) {
   on_decode_.assign(prefill.capacity().num_slots, false);
+  stay_.assign(prefill.capacity().num_slots, false);
   handoff_.assign(prefill.capacity().num_slots, -1);
 }
 
@@ -77,14 +78,17 @@ Status DisaggRunner::Launch(std::span<const StepPiece> pieces, bool want_logits)
       const StepPiece& p = on_prefill[k];
       on_decode_[p.slot] = false;
       handoff_[p.slot] = -1;
+      if (p.start == 0) stay_[p.slot] = false;  // a new sequence in the slot
       if (!s.ok()) continue;
       pend.out[prefill_index[k]] = out[k];
-      if (!p.sample.enabled || out[k].id < 0) continue;
+      if (!p.sample.enabled || out[k].id < 0 || stay_[p.slot]) continue;
       // The prefill is done (the engine samples only after a sequence's last prompt chunk).
       const int64_t n = p.start + static_cast<int64_t>(p.ids.size());
       if (Status t = Transfer(p.slot, p.pages, n, out[k].id); !t.ok()) {
         ++stats_.transfer_failures;
-        if (pend.status.ok()) pend.status = t;
+        stay_[p.slot] = true;  // kDecodeOnPrefill: it stays where its cache is complete
+        if (opts_.on_transfer_failure == DisaggRunnerOptions::OnTransferFailure::kFailStep && pend.status.ok())
+          pend.status = t;
         continue;
       }
       ++stats_.transfers;

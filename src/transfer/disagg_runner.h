@@ -10,8 +10,10 @@
 //
 // Ordering: the prefill runner's step is collected inside Launch and the transfer completes there
 // (on the engine thread: no overlap of transfer and compute yet); the decode runner's steps
-// overlap as usual. A failed transfer fails the step at Collect with the transfer's Status, so
-// the engine ends that step's sequences with a clear error; nothing half-transferred is decoded.
+// overlap as usual. When a transfer fails (after the protocol's retries), the sequence either
+// stays on the prefill runner, which decodes it (kDecodeOnPrefill, the default: same tokens,
+// colocated), or the step fails at Collect with the transfer's Status (kFailStep: the engine ends
+// that step's sequences with the error). Nothing half-transferred is ever decoded.
 // Not supported: logits for verification (want_logits), KDA checkpoints (prefix caching), the
 // sequence-transfer ops on the decorator itself: Unimplemented.
 // Thread safety: as ModelRunner (one driving thread); the receiver runs its own thread.
@@ -26,6 +28,8 @@
 namespace gyre::transfer {
 
 struct DisaggRunnerOptions {
+  enum class OnTransferFailure { kDecodeOnPrefill, kFailStep };
+  OnTransferFailure on_transfer_failure = OnTransferFailure::kDecodeOnPrefill;
   SenderOptions sender;
   ReceiverOptions receiver;
   std::chrono::milliseconds take_timeout{10000};
@@ -81,6 +85,7 @@ class DisaggRunner final : public ModelRunner {
   std::unique_ptr<TransferReceiver> receiver_;
   uint64_t next_request_id_ = 1;
   std::vector<bool> on_decode_;    // per slot: the sequence lives on the decode runner
+  std::vector<bool> stay_;         // per slot: its transfer failed; it decodes on the prefill runner
   std::vector<int32_t> handoff_;   // per slot: the token sampled on the prefill runner, until the
                                    // decode runner samples (resolves kPrevToken there), else -1
   struct Pending {

@@ -136,6 +136,59 @@ TEST(DisaggRunnerEngine, OutputsEqualTheColocatedEngine) {
   EXPECT_EQ(dis_stats.kda_slots_used, 0);
 }
 
+// Faults on the link (retried by the protocol): with kFailStep every request ends either with
+// the colocated tokens or with an error naming the transfer; with kDecodeOnPrefill every request
+// ends with the colocated tokens. Never other tokens.
+TEST(DisaggRunnerEngine, UnderLinkFaultsEachRequestIsExactOrAnError) {
+  auto model = Model::Load(Fixture("glm5_tiny"));
+  ASSERT_TRUE(model.ok());
+  const EngineOptions eo = Options();
+  const auto prompts = Prompts(**model);
+  EngineStats stats;
+  auto colo_runner = MakeRunner(**model, eo);
+  auto want = RunAll(*colo_runner, eo, prompts, &stats);
+  int64_t exact = 0, errors = 0, failures = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const bool fail_step = seed <= 3;
+    auto prefill = MakeRunner(**model, eo), decode = MakeRunner(**model, eo);
+    auto [a, b] = TcpPair();
+    ASSERT_TRUE(a && b);
+    FaultPolicy p;
+    p.seed = seed;
+    p.drop = p.corrupt = p.truncate = 0.04;
+    p.duplicate = p.reorder = 0.05;
+    FaultyConnection tx(std::move(a), p);
+    DisaggRunnerOptions o;
+    o.on_transfer_failure = fail_step ? DisaggRunnerOptions::OnTransferFailure::kFailStep
+                                      : DisaggRunnerOptions::OnTransferFailure::kDecodeOnPrefill;
+    o.sender.ack_timeout = milliseconds(150);
+    o.sender.max_attempts = 2;
+    o.receiver.staging_timeout = milliseconds(300);
+    auto dis = DisaggRunner::Create(*prefill, *decode, tx, *b, o);
+    ASSERT_TRUE(dis.ok());
+    auto got = RunAll(**dis, eo, prompts, &stats);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i]->reason == FinishReason::kLength) {
+        ++exact;
+        EXPECT_EQ(got[i]->ids, want[i]->ids) << "seed " << seed << " prompt " << i;
+      } else {
+        ++errors;
+        EXPECT_TRUE(fail_step) << "kDecodeOnPrefill ended a request: " << got[i]->status.ToString();
+        EXPECT_EQ(got[i]->reason, FinishReason::kError);
+        EXPECT_NE(got[i]->status.message().find("transfer"), std::string::npos) << got[i]->status.ToString();
+      }
+    }
+    EXPECT_GT(tx.counts().dropped + tx.counts().corrupted + tx.counts().truncated, 0);
+    failures += (*dis)->stats().transfer_failures;
+    EXPECT_EQ(stats.kv_pages_used, 0);
+    EXPECT_EQ(stats.kda_slots_used, 0);
+  }
+  EXPECT_GT(exact, 0);
+  std::printf("under faults: %lld exact, %lld errors, %lld failed transfers\n", static_cast<long long>(exact),
+              static_cast<long long>(errors), static_cast<long long>(failures));
+}
+
 TEST(DisaggRunnerEngine, ADeadLinkEndsRequestsWithAnErrorAndFreesEverything) {
   auto model = Model::Load(Fixture("glm5_tiny"));
   ASSERT_TRUE(model.ok());
@@ -147,6 +200,7 @@ TEST(DisaggRunnerEngine, ADeadLinkEndsRequestsWithAnErrorAndFreesEverything) {
   p.kill_after = 0;
   FaultyConnection tx(std::move(a), p);
   DisaggRunnerOptions o;
+  o.on_transfer_failure = DisaggRunnerOptions::OnTransferFailure::kFailStep;
   o.sender.ack_timeout = milliseconds(200);
   auto dis = DisaggRunner::Create(*prefill, *decode, tx, *b, o);
   ASSERT_TRUE(dis.ok());
@@ -160,6 +214,32 @@ TEST(DisaggRunnerEngine, ADeadLinkEndsRequestsWithAnErrorAndFreesEverything) {
   EXPECT_GT((*dis)->stats().transfer_failures, 0);
   EXPECT_EQ(stats.kv_pages_used, 0);
   EXPECT_EQ(stats.kda_slots_used, 0);
+}
+
+TEST(DisaggRunnerEngine, ADeadLinkFallsBackToDecodingOnThePrefillRunner) {
+  auto model = Model::Load(Fixture("glm5_tiny"));
+  ASSERT_TRUE(model.ok());
+  const EngineOptions eo = Options();
+  const auto prompts = Prompts(**model);
+  EngineStats stats;
+  auto colo_runner = MakeRunner(**model, eo);
+  auto want = RunAll(*colo_runner, eo, prompts, &stats);
+  auto prefill = MakeRunner(**model, eo), decode = MakeRunner(**model, eo);
+  auto [a, b] = MakeLoopbackPair();
+  FaultPolicy p;
+  p.kill_after = 0;
+  FaultyConnection tx(std::move(a), p);
+  auto dis = DisaggRunner::Create(*prefill, *decode, tx, *b, {});
+  ASSERT_TRUE(dis.ok());
+  auto got = RunAll(**dis, eo, prompts, &stats);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]->reason, FinishReason::kLength) << got[i]->status.ToString();
+    EXPECT_EQ(got[i]->ids, want[i]->ids) << "prompt " << i;
+  }
+  EXPECT_EQ((*dis)->stats().transfer_failures, static_cast<int64_t>(prompts.size()));
+  EXPECT_EQ((*dis)->stats().transfers, 0);
+  EXPECT_EQ(stats.kv_pages_used, 0);
 }
 
 TEST(DisaggRunnerEngine, RefusesRunnersThatDiffer) {
