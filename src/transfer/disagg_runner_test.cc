@@ -105,16 +105,33 @@ std::vector<std::shared_ptr<Sink>> RunAll(ModelRunner& runner, const EngineOptio
   return sinks;
 }
 
-TEST(DisaggRunnerEngine, OutputsEqualTheColocatedEngine) {
-  auto model = Model::Load(Fixture("glm5_tiny"));
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  const EngineOptions eo = Options();
-  const auto prompts = Prompts(**model);
-  EngineStats colo_stats, dis_stats;
-  auto colo_runner = MakeRunner(**model, eo);
-  auto want = RunAll(*colo_runner, eo, prompts, &colo_stats);
+class DisaggRunnerEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = Model::Load(Fixture("glm5_tiny"));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(*m);
+    prompts_ = Prompts(*model_);
+  }
+  // The colocated engine's outputs (one runner).
+  std::vector<std::shared_ptr<Sink>> Colocated() {
+    EngineStats stats;
+    auto runner = MakeRunner(*model_, eo_);
+    return RunAll(*runner, eo_, prompts_, &stats);
+  }
+  std::unique_ptr<Model> model_;
+  const EngineOptions eo_ = Options();
+  std::vector<std::vector<int32_t>> prompts_;
+};
 
-  auto prefill = MakeRunner(**model, eo), decode = MakeRunner(**model, eo);
+TEST_F(DisaggRunnerEngine, OutputsEqualTheColocatedEngine) {
+  const Model& model = *model_;
+  const EngineOptions& eo = eo_;
+  const auto& prompts = prompts_;
+  EngineStats dis_stats;
+  auto want = Colocated();
+
+  auto prefill = MakeRunner(model, eo), decode = MakeRunner(model, eo);
   auto [tx, rx] = TcpPair();
   ASSERT_TRUE(tx && rx);
   auto dis = DisaggRunner::Create(*prefill, *decode, *tx, *rx, {});
@@ -139,18 +156,16 @@ TEST(DisaggRunnerEngine, OutputsEqualTheColocatedEngine) {
 // Faults on the link (retried by the protocol): with kFailStep every request ends either with
 // the colocated tokens or with an error naming the transfer; with kDecodeOnPrefill every request
 // ends with the colocated tokens. Never other tokens.
-TEST(DisaggRunnerEngine, UnderLinkFaultsEachRequestIsExactOrAnError) {
-  auto model = Model::Load(Fixture("glm5_tiny"));
-  ASSERT_TRUE(model.ok());
-  const EngineOptions eo = Options();
-  const auto prompts = Prompts(**model);
+TEST_F(DisaggRunnerEngine, UnderLinkFaultsEachRequestIsExactOrAnError) {
+  const Model& model = *model_;
+  const EngineOptions& eo = eo_;
+  const auto& prompts = prompts_;
   EngineStats stats;
-  auto colo_runner = MakeRunner(**model, eo);
-  auto want = RunAll(*colo_runner, eo, prompts, &stats);
+  auto want = Colocated();
   int64_t exact = 0, errors = 0, failures = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     const bool fail_step = seed <= 3;
-    auto prefill = MakeRunner(**model, eo), decode = MakeRunner(**model, eo);
+    auto prefill = MakeRunner(model, eo), decode = MakeRunner(model, eo);
     auto [a, b] = TcpPair();
     ASSERT_TRUE(a && b);
     FaultPolicy p;
@@ -189,12 +204,11 @@ TEST(DisaggRunnerEngine, UnderLinkFaultsEachRequestIsExactOrAnError) {
               static_cast<long long>(errors), static_cast<long long>(failures));
 }
 
-TEST(DisaggRunnerEngine, ADeadLinkEndsRequestsWithAnErrorAndFreesEverything) {
-  auto model = Model::Load(Fixture("glm5_tiny"));
-  ASSERT_TRUE(model.ok());
-  const EngineOptions eo = Options();
-  const auto prompts = Prompts(**model);
-  auto prefill = MakeRunner(**model, eo), decode = MakeRunner(**model, eo);
+TEST_F(DisaggRunnerEngine, ADeadLinkEndsRequestsWithAnErrorAndFreesEverything) {
+  const Model& model = *model_;
+  const EngineOptions& eo = eo_;
+  const auto& prompts = prompts_;
+  auto prefill = MakeRunner(model, eo), decode = MakeRunner(model, eo);
   auto [a, b] = MakeLoopbackPair();
   FaultPolicy p;
   p.kill_after = 0;
@@ -216,15 +230,13 @@ TEST(DisaggRunnerEngine, ADeadLinkEndsRequestsWithAnErrorAndFreesEverything) {
   EXPECT_EQ(stats.kda_slots_used, 0);
 }
 
-TEST(DisaggRunnerEngine, ADeadLinkFallsBackToDecodingOnThePrefillRunner) {
-  auto model = Model::Load(Fixture("glm5_tiny"));
-  ASSERT_TRUE(model.ok());
-  const EngineOptions eo = Options();
-  const auto prompts = Prompts(**model);
+TEST_F(DisaggRunnerEngine, ADeadLinkFallsBackToDecodingOnThePrefillRunner) {
+  const Model& model = *model_;
+  const EngineOptions& eo = eo_;
+  const auto& prompts = prompts_;
   EngineStats stats;
-  auto colo_runner = MakeRunner(**model, eo);
-  auto want = RunAll(*colo_runner, eo, prompts, &stats);
-  auto prefill = MakeRunner(**model, eo), decode = MakeRunner(**model, eo);
+  auto want = Colocated();
+  auto prefill = MakeRunner(model, eo), decode = MakeRunner(model, eo);
   auto [a, b] = MakeLoopbackPair();
   FaultPolicy p;
   p.kill_after = 0;
@@ -242,13 +254,11 @@ TEST(DisaggRunnerEngine, ADeadLinkFallsBackToDecodingOnThePrefillRunner) {
   EXPECT_EQ(stats.kv_pages_used, 0);
 }
 
-TEST(DisaggRunnerEngine, RefusesRunnersThatDiffer) {
-  auto model = Model::Load(Fixture("glm5_tiny"));
-  ASSERT_TRUE(model.ok());
-  EngineOptions eo = Options();
-  auto prefill = MakeRunner(**model, eo);
+TEST_F(DisaggRunnerEngine, RefusesRunnersThatDiffer) {
+  EngineOptions eo = eo_;
+  auto prefill = MakeRunner(*model_, eo);
   eo.max_num_seqs = 2;
-  auto decode = MakeRunner(**model, eo);
+  auto decode = MakeRunner(*model_, eo);
   auto [a, b] = MakeLoopbackPair();
   EXPECT_EQ(DisaggRunner::Create(*prefill, *decode, *a, *b, {}).status().code(), StatusCode::kInvalidArgument);
 }
