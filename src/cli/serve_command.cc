@@ -15,12 +15,14 @@
 #include <pthread.h>
 #include <unistd.h>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "core/trace.h"
 #include "engine/engine.h"
 #include "feedback/trace_export.h"
 #include "model/config.h"
+#include "runtime/cpu_runner.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
 #ifdef GYRE_CUDA
@@ -29,6 +31,8 @@
 #include "serve/chat_template.h"
 #include "serve/launch_options.h"
 #include "serve/server.h"
+#include "transfer/disagg_runner.h"
+#include "transfer/tcp_connection.h"
 #include "tokenizer/tokenizer.h"
 
 namespace gyre::cli {
@@ -58,6 +62,9 @@ struct ServeArgs {
   std::string act = "f32";
   // Backend.
   std::string backend = "cpu";
+  // Disaggregation (docs/disaggregation.md): both (one runner) or local-pair (a prefill and a
+  // decode runner in this process, each prefill's cache moved over TCP loopback).
+  std::string role = "both";
   std::string config;             // --config FILE: random weights (cuda)
   bool random_weights = false;
   std::string tokenizer;          // tokenizer.json for --config (default: the bundled fixture tokenizer)
@@ -139,6 +146,36 @@ Status CheckVllmFlags(const ServeArgs& a) {
   return Status::Ok();
 }
 
+// --role local-pair: two CPU runners sized as Engine::Create(model) sizes one, a TCP loopback
+// link, and the DisaggRunner over them. Members are declared in destruction-safe order.
+struct DisaggPair {
+  std::unique_ptr<CpuRunner> prefill, decode;
+  std::unique_ptr<transfer::Connection> to_decode, from_prefill;
+  std::unique_ptr<transfer::DisaggRunner> runner;
+};
+
+Result<DisaggPair> MakeLocalPair(const Model& model, const EngineOptions& eo) {
+  CpuRunnerOptions ro;
+  ro.page_tokens = eo.kv_page_tokens;
+  ro.num_slots = eo.max_num_seqs;
+  ro.num_pages = CpuRunner::PagesForBytes(model.config(), eo.kv_page_tokens, eo.kv_memory_bytes);
+  DisaggPair p;
+  GYRE_ASSIGN_OR_RETURN(p.prefill, CpuRunner::Create(model, ro));
+  GYRE_ASSIGN_OR_RETURN(p.decode, CpuRunner::Create(model, ro));
+  GYRE_ASSIGN_OR_RETURN(auto listener, transfer::TcpListener::Listen("127.0.0.1", 0));
+  Result<std::unique_ptr<transfer::Connection>> accepted = Status::Internal("no connection");
+  std::thread acc([&] { accepted = listener->Accept(std::chrono::milliseconds(10000)); });
+  auto connected = transfer::TcpConnect("127.0.0.1", listener->port(), std::chrono::milliseconds(10000));
+  acc.join();
+  if (!connected.ok()) return connected.error();
+  if (!accepted.ok()) return accepted.error();
+  p.to_decode = std::move(*connected);
+  p.from_prefill = std::move(*accepted);
+  GYRE_ASSIGN_OR_RETURN(p.runner, transfer::DisaggRunner::Create(*p.prefill, *p.decode, *p.to_decode,
+                                                                 *p.from_prefill, {}));
+  return p;
+}
+
 int RunServe(ServeArgs a) {
   if (Status s = CheckVllmFlags(a); !s.ok()) {
     std::fprintf(stderr, "gyre serve: %s\n", s.ToString().c_str());
@@ -201,6 +238,8 @@ int RunServe(ServeArgs a) {
   const bool cuda = a.backend == "cuda";
   const bool random = !a.config.empty();
   if (random && !cuda) return Fail(Status::InvalidArgument("--config (random weights) needs --backend cuda"));
+  if (a.role != "both" && cuda)
+    return Fail(Status::Unimplemented("--role " + a.role + " runs on the cpu backend only (docs/disaggregation.md)"));
   if (a.random_weights && !random) return Fail(Status::InvalidArgument("--random-weights needs --config FILE"));
   std::unique_ptr<Model> model;   // the CPU model (cpu backend; host weights for --backend cuda --model)
   ModelConfig config;
@@ -266,6 +305,7 @@ int RunServe(ServeArgs a) {
   eo.prefix_cache_checkpoint_bytes = checkpoint_bytes;
   Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
+  DisaggPair disagg;                    // --role local-pair (outlives the engine)
   std::string backend_line = "cpu";
   if (cuda) {
 #ifdef GYRE_CUDA
@@ -312,7 +352,16 @@ int RunServe(ServeArgs a) {
                    static_cast<long long>(ram / slot_bytes / 2), static_cast<long long>(ram >> 20));
       return 2;
     }
-    engine = Engine::Create(*model, eo);
+    if (a.role == "local-pair") {
+      Result<DisaggPair> pair = MakeLocalPair(*model, eo);
+      if (!pair.ok()) return Fail(pair.error());
+      disagg = std::move(*pair);
+      eo.enable_prefix_caching = false;  // KDA checkpoints do not cross the hand-off yet
+      backend_line = "cpu, disaggregated: prefill and decode runners in this process, cache over TCP loopback";
+      engine = Engine::Create(*disagg.runner, eo);
+    } else {
+      engine = Engine::Create(*model, eo);
+    }
   }
   if (!engine.ok()) return Fail(engine.error());
   if (Status s = (*engine)->Start(); !s.ok()) return Fail(s);
@@ -452,6 +501,11 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--chat-template", args->chat_template, "Jinja chat template file");
   s->add_option("--http-threads", args->http_threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 256));
   s->add_option("--act", args->act, "cpu: activation dtype f32 (default) or bf16");
+  s->add_option("--role", args->role,
+                "both (default: one runner) or local-pair (cpu: prefill and decode on two runners of this process, "
+                "each prefill's pages and KDA state moved over TCP loopback by the checked transfer protocol; "
+                "no prefix caching)")
+      ->check(CLI::IsMember({"both", "local-pair"}));
   s->add_option("--backend", args->backend, "cpu (default) or cuda (the model on one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   s->add_option("--config", args->config, "cuda: config.json served with random weights built on the GPU (benchmarks)");

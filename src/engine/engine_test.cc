@@ -261,6 +261,12 @@ class WatchingRunner final : public ModelRunner {
     return inner_.Collect(out, logits);
   }
   Status ReserveCheckpoints(int64_t count) override { return inner_.ReserveCheckpoints(count); }
+  Status ReadPages(std::span<const PageId> p, std::span<std::byte> d) override { return inner_.ReadPages(p, d); }
+  Status WritePages(std::span<const PageId> p, std::span<const std::byte> s) override { return inner_.WritePages(p, s); }
+  Status ReadSlotState(SlotId s, std::span<std::byte> d) override { return inner_.ReadSlotState(s, d); }
+  Status WriteSlotState(SlotId s, std::span<const std::byte> b, int64_t n) override {
+    return inner_.WriteSlotState(s, b, n);
+  }
   Status SaveState(SlotId slot, CheckpointId ckpt) override {
     ++saves;
     return inner_.SaveState(slot, ckpt);

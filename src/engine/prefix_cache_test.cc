@@ -156,6 +156,12 @@ class FaultyRestore final : public ModelRunner {
   Status Collect(std::vector<SampledToken>* o, std::vector<float>* l) override { return inner_.Collect(o, l); }
   Status ReserveCheckpoints(int64_t n) override { return inner_.ReserveCheckpoints(n); }
   Status SaveState(SlotId s, CheckpointId c) override { return inner_.SaveState(s, c); }
+  Status ReadPages(std::span<const PageId> p, std::span<std::byte> d) override { return inner_.ReadPages(p, d); }
+  Status WritePages(std::span<const PageId> p, std::span<const std::byte> s) override { return inner_.WritePages(p, s); }
+  Status ReadSlotState(SlotId s, std::span<std::byte> d) override { return inner_.ReadSlotState(s, d); }
+  Status WriteSlotState(SlotId s, std::span<const std::byte> b, int64_t n) override {
+    return inner_.WriteSlotState(s, b, n);
+  }
   Status RestoreState(CheckpointId c, SlotId s, int64_t n) override {
     ++restores;
     if (!zero_state_) return inner_.RestoreState(c, s, n);

@@ -1,6 +1,7 @@
 #include "runtime/cpu_runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/trace.h"
 
@@ -68,6 +69,34 @@ Status CpuRunner::RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_token
   slots_[slot]->Restore(num_tokens);
   last_token_[slot] = kPrevToken;
   counts_[slot] = ops::TokenCounts{};  // unknown until a piece brings the history
+  return Status::Ok();
+}
+
+Status CpuRunner::ReadPages(std::span<const PageId> pages, std::span<std::byte> dst) {
+  GYRE_RETURN_IF_ERROR(ValidatePageCopy(capacity(), pages, dst.size()));
+  const size_t bpp = kv_.bytes_per_page();
+  for (size_t i = 0; i < pages.size(); ++i) std::memcpy(dst.data() + i * bpp, kv_.Page(pages[i]).data(), bpp);
+  return Status::Ok();
+}
+
+Status CpuRunner::WritePages(std::span<const PageId> pages, std::span<const std::byte> src) {
+  GYRE_RETURN_IF_ERROR(ValidatePageCopy(capacity(), pages, src.size()));
+  const size_t bpp = kv_.bytes_per_page();
+  for (size_t i = 0; i < pages.size(); ++i) std::memcpy(kv_.Page(pages[i]).data(), src.data() + i * bpp, bpp);
+  return Status::Ok();
+}
+
+Status CpuRunner::ReadSlotState(SlotId slot, std::span<std::byte> dst) {
+  GYRE_RETURN_IF_ERROR(ValidateSlotCopy(capacity(), slot, dst.size(), 1));
+  if (!dst.empty()) std::memcpy(dst.data(), kda_.Slot(slot).data(), dst.size());
+  return Status::Ok();
+}
+
+Status CpuRunner::WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) {
+  GYRE_RETURN_IF_ERROR(ValidateSlotCopy(capacity(), slot, src.size(), num_tokens));
+  if (!src.empty()) std::memcpy(kda_.Slot(slot).data(), src.data(), src.size());
+  slots_[slot]->Restore(num_tokens);  // pooled indexer keys are recomputed from the pages
+  last_token_[slot] = kPrevToken;
   return Status::Ok();
 }
 

@@ -38,6 +38,11 @@ class CpuRunner final : public ModelRunner {
   Status ReserveCheckpoints(int64_t count) override;
   Status SaveState(SlotId slot, CheckpointId ckpt) override;
   Status RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) override;
+  // Sequence transfer: host memcpy of the page rows (the KvPageStore layout) and slot floats.
+  Status ReadPages(std::span<const PageId> pages, std::span<std::byte> dst) override;
+  Status WritePages(std::span<const PageId> pages, std::span<const std::byte> src) override;
+  Status ReadSlotState(SlotId slot, std::span<std::byte> dst) override;
+  Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) override;
 
   const Model& model() const { return model_; }
 

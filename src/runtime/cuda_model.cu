@@ -417,6 +417,55 @@ struct CudaModel::Impl {
     }
     return Status::Ok();
   }
+  // Sequence transfer: every page part of every attention layer as (device base, floats per row),
+  // in host-image order (ReadPages / WritePages).
+  std::vector<std::pair<float*, int64_t>> PageParts() const {
+    std::vector<std::pair<float*, int64_t>> parts;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (kda_state[l]) continue;
+      const AttnCache& ac = cache[l];
+      parts.push_back({ac.latent, c.kv_lora_rank});
+      if (ac.krot) parts.push_back({ac.krot, c.qk_rope_head_dim});
+      if (ac.idx_k) {
+        parts.push_back({ac.idx_k, c.index_head_dim});
+        parts.push_back({ac.gamma, c.index_head_dim});
+        parts.push_back({ac.pool_keys, c.index_head_dim});
+      }
+    }
+    return parts;
+  }
+  // Pages ↔ a host image of pages.size() · bytes_per_page bytes, in stream order; synchronizes.
+  Status CopyPages(std::span<const PageId> pages, std::byte* host, bool to_host) {
+    const int64_t pt = opts.page_tokens;
+    size_t off = 0;
+    for (PageId p : pages) {
+      for (const auto& [base, dim] : PageParts()) {
+        float* dev = base + static_cast<int64_t>(p) * pt * dim;
+        const size_t bytes = static_cast<size_t>(pt * dim) * sizeof(float);
+        GYRE_CUDA_RETURN_IF_ERROR(to_host ? cudaMemcpyAsync(host + off, dev, bytes, cudaMemcpyDeviceToHost, s())
+                                          : cudaMemcpyAsync(dev, host + off, bytes, cudaMemcpyHostToDevice, s()));
+        off += bytes;
+      }
+    }
+    return stream.Synchronize();
+  }
+  // A slot ↔ a host image of bytes_per_slot bytes, in stream order; synchronizes.
+  Status CopySlot(SlotId slot, std::byte* host, bool to_host) {
+    const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
+    const int64_t st = Hh * K * K, cv = (W - 1) * 3 * P;
+    size_t off = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (!kda_state[l]) continue;
+      for (const auto& [dev, n] : {std::pair<float*, int64_t>{kda_state[l] + slot * st, st},
+                                   std::pair<float*, int64_t>{kda_conv[l] + slot * cv, cv}}) {
+        const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+        GYRE_CUDA_RETURN_IF_ERROR(to_host ? cudaMemcpyAsync(host + off, dev, bytes, cudaMemcpyDeviceToHost, s())
+                                          : cudaMemcpyAsync(dev, host + off, bytes, cudaMemcpyHostToDevice, s()));
+        off += bytes;
+      }
+    }
+    return stream.Synchronize();
+  }
   int64_t num_pages = 0;      // page ids 0..num_pages-1 (the engine's bookkeeping)
   int64_t max_seq_tokens = 0;  // block-table width in tokens
 
@@ -1453,6 +1502,31 @@ Status CudaModel::RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_token
   // The slot's token counts are forgotten: the next piece brings the history (model_runner.h),
   // which resets them at its launch.
   return ckpt >= 0 ? m.CopyState(slot, ckpt, /*to_ckpt=*/false) : Status::Ok();
+}
+
+Status CudaModel::ReadPages(std::span<const PageId> pages, std::span<std::byte> dst) {
+  if (Status v = ValidatePageCopy(capacity(), pages, dst.size()); !v.ok()) return v.WithContext("cuda model");
+  return impl_->CopyPages(pages, dst.data(), /*to_host=*/true);
+}
+
+Status CudaModel::WritePages(std::span<const PageId> pages, std::span<const std::byte> src) {
+  if (Status v = ValidatePageCopy(capacity(), pages, src.size()); !v.ok()) return v.WithContext("cuda model");
+  return impl_->CopyPages(pages, const_cast<std::byte*>(src.data()), /*to_host=*/false);
+}
+
+Status CudaModel::ReadSlotState(SlotId slot, std::span<std::byte> dst) {
+  if (Status v = ValidateSlotCopy(capacity(), slot, dst.size(), 1); !v.ok()) return v.WithContext("cuda model");
+  return impl_->CopySlot(slot, dst.data(), /*to_host=*/true);
+}
+
+Status CudaModel::WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) {
+  Impl& m = *impl_;
+  if (Status v = ValidateSlotCopy(capacity(), slot, src.size(), num_tokens); !v.ok()) return v.WithContext("cuda model");
+  if (num_tokens > m.max_seq_tokens)
+    return Status::InvalidArgument("cuda model: " + std::to_string(num_tokens) +
+                                   " written tokens exceed the longest sequence");
+  // As RestoreState: the rows (pooled keys included) come with the pages, only the state moves.
+  return m.CopySlot(slot, const_cast<std::byte*>(src.data()), /*to_host=*/false);
 }
 
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }

@@ -105,6 +105,16 @@ class CudaModel final : public ModelRunner {
   Status ReserveCheckpoints(int64_t count) override;
   Status SaveState(SlotId slot, CheckpointId ckpt) override;
   Status RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) override;
+  // Sequence transfer (compiled, not run on a GPU yet). A page's host image is, per attention
+  // layer in order, its parts' page_tokens rows: latent, k_rot (when rope), and for indexer layers
+  // k_I, γ and the pooled keys; a slot's, per KDA layer, the recurrent state then the conv tail.
+  // The copies go on the step stream (ordered with launched steps) through pageable memory; each
+  // call synchronizes the stream before it returns.
+  // TODO(disagg): gather into pinned staging with one kernel instead of a copy per part (#12).
+  Status ReadPages(std::span<const PageId> pages, std::span<std::byte> dst) override;
+  Status WritePages(std::span<const PageId> pages, std::span<const std::byte> src) override;
+  Status ReadSlotState(SlotId slot, std::span<std::byte> dst) override;
+  Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) override;
 
   // Blocks until the GPU is idle (for timing).
   Status Synchronize();

@@ -76,6 +76,10 @@ class KvPageStore {
     return &data_[(page * page_tokens_ + slot) * layout_.row_floats];
   }
   const float* data() const { return data_.data(); }
+  // The whole page (page_tokens rows of every attention layer): bytes_per_page bytes.
+  std::span<float> Page(PageId page) {
+    return std::span<float>(data_).subspan(page * page_tokens_ * layout_.row_floats, page_tokens_ * layout_.row_floats);
+  }
   const AttnRowLayout& layout() const { return layout_; }
   int64_t page_tokens() const { return page_tokens_; }
   int64_t num_pages() const { return num_pages_; }
@@ -99,6 +103,8 @@ class KdaSlotStore {
 
   float* Conv(SlotId s, int64_t layer) { return &data_[s * slot_floats_ + conv_off_[layer]]; }
   float* Recurrent(SlotId s, int64_t layer) { return &data_[s * slot_floats_ + rec_off_[layer]]; }
+  // The whole slot (every KDA layer's conv tail and recurrent state): bytes_per_slot bytes.
+  std::span<float> Slot(SlotId s) { return std::span<float>(data_).subspan(s * slot_floats_, slot_floats_); }
   // Slot `dst` ← slot `src` of `from` (a store of the same model; KDA checkpoints are a
   // KdaSlotStore too). REQUIRES: ids in range.
   void CopySlot(const KdaSlotStore& from, SlotId src, SlotId dst);

@@ -27,6 +27,29 @@ Status ValidateCheckpointOp(const RunnerCapacity& cap, int64_t num_checkpoints, 
   return Status::Ok();
 }
 
+Status ValidatePageCopy(const RunnerCapacity& cap, std::span<const PageId> pages, size_t bytes) {
+  for (size_t i = 0; i < pages.size(); ++i)
+    if (pages[i] < 0 || pages[i] >= cap.num_pages)
+      return Status::InvalidArgument("page " + std::to_string(pages[i]) + " (entry " + std::to_string(i) +
+                                     ") is outside [0, " + std::to_string(cap.num_pages) + ")");
+  const auto want = static_cast<size_t>(cap.bytes_per_page) * pages.size();
+  if (bytes != want)
+    return Status::InvalidArgument(std::to_string(bytes) + " bytes for " + std::to_string(pages.size()) +
+                                   " pages of " + std::to_string(cap.bytes_per_page) + " bytes");
+  return Status::Ok();
+}
+
+Status ValidateSlotCopy(const RunnerCapacity& cap, SlotId slot, size_t bytes, int64_t num_tokens) {
+  if (slot < 0 || slot >= cap.num_slots)
+    return Status::InvalidArgument("slot " + std::to_string(slot) + " is outside [0, " + std::to_string(cap.num_slots) +
+                                   ")");
+  if (bytes != static_cast<size_t>(cap.bytes_per_slot))
+    return Status::InvalidArgument(std::to_string(bytes) + " bytes for a slot of " +
+                                   std::to_string(cap.bytes_per_slot) + " bytes");
+  if (num_tokens < 1) return Status::InvalidArgument("a written sequence holds at least one token");
+  return Status::Ok();
+}
+
 Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap, int64_t vocab) {
   if (pieces.empty()) return Status::InvalidArgument("empty step");
   if (static_cast<int64_t>(pieces.size()) > cap.max_step_pieces)

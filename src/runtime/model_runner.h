@@ -51,9 +51,19 @@
 //    once, a step having completed in Launch; the CUDA model enqueues device-to-device copies on
 //    its step stream), so they compose with overlapped steps. Which checkpoint ids are free is
 //    the engine's.
+//  - Sequence transfer (disaggregated prefill/decode, src/transfer/): ReadPages / ReadSlotState
+//    copy a sequence's cache to host bytes, WritePages / WriteSlotState copy it back into another
+//    runner's ids. A page's host image is bytes_per_page bytes (every attention layer's rows of
+//    the page), a slot's bytes_per_slot bytes (every KDA layer's conv tail and recurrent state);
+//    the layout inside is the backend's own: a runner of the same backend() and config reads back
+//    what another wrote. Ordered like steps: a read returns when its bytes are those after every
+//    step launched before the call (the CUDA model waits for its step stream); a write acts
+//    before every step launched after it and has consumed `src` when it returns. Whole-sequence
+//    granularity: a read after the last prefill step sees every layer (no per-layer hook yet).
 // Thread safety: a runner is driven by one thread at a time (the engine thread).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -147,6 +157,20 @@ class ModelRunner {
   // InvalidArgument for ids out of range; Internal (device).
   virtual Status RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_tokens) = 0;
 
+  // Host image of pages: dst[i·bytes_per_page, (i+1)·bytes_per_page) ← page pages[i] (ordered as
+  // above). InvalidArgument for a page outside the pool or dst.size() != pages.size() ·
+  // bytes_per_page; Internal (device).
+  virtual Status ReadPages(std::span<const PageId> pages, std::span<std::byte> dst) = 0;
+  // Page pages[i] ← src[i·bytes_per_page, ...): the inverse of ReadPages. Errors as ReadPages.
+  virtual Status WritePages(std::span<const PageId> pages, std::span<const std::byte> src) = 0;
+  // Host image of `slot`'s KDA state (bytes_per_slot bytes; 0 without KDA layers). InvalidArgument
+  // for a slot out of range or a wrong size; Internal (device).
+  virtual Status ReadSlotState(SlotId slot, std::span<std::byte> dst) = 0;
+  // `slot` ← a host image of KDA state, and the slot holds a sequence of `num_tokens` (>= 1)
+  // tokens whose attention rows are in the pages the next piece names (that piece has start ==
+  // num_tokens), as RestoreState. Errors as ReadSlotState, and InvalidArgument for num_tokens < 1.
+  virtual Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) = 0;
+
   // Launch + Collect of one step (no step may be outstanding).
   Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) {
     GYRE_RETURN_IF_ERROR(Launch(pieces, logits != nullptr));
@@ -166,6 +190,12 @@ Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap
 // >= 1, ckpt -1 only without KDA state. InvalidArgument naming the id otherwise.
 Status ValidateCheckpointOp(const RunnerCapacity& cap, int64_t num_checkpoints, SlotId slot, CheckpointId ckpt,
                             int64_t num_tokens);
+
+// The checks of ReadPages / WritePages (pages in [0, num_pages), bytes == pages · bytes_per_page)
+// and of ReadSlotState / WriteSlotState (slot in range, bytes == bytes_per_slot, num_tokens >= 1;
+// pass num_tokens 1 for a read). InvalidArgument naming what is wrong otherwise.
+Status ValidatePageCopy(const RunnerCapacity& cap, std::span<const PageId> pages, size_t bytes);
+Status ValidateSlotCopy(const RunnerCapacity& cap, SlotId slot, size_t bytes, int64_t num_tokens);
 
 // One draw from `logits` under `p` keyed by (seed, offset) (the CPU definition: ops::Sampler over
 // the support of ops::SamplingSupport); greedy when temperature <= 0.
