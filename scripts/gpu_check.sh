@@ -26,6 +26,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   rm -rf "$PACK" && mkdir -p "$PACK/lib"
   bins=(gyre gyre_cuda_bench)
   [[ -x "$BUILD/test_engine" ]] && bins+=(test_engine)
+  [[ -x "$BUILD/test_transfer" ]] && bins+=(test_transfer)
   for f in "$BUILD"/gyre_*_bench; do [[ -x "$f" ]] && bins+=("$(basename "$f")"); done
   for b in "${bins[@]}"; do
     strip --strip-debug -o "$PACK/$b" "$BUILD/$b"
@@ -198,6 +199,14 @@ if has_step engine; then
     grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_engine_tests.log" | head -20
   else
     echo "== no packed test_engine"; status=1
+  fi
+  # Disaggregation on the CUDA model: export after prefill, TCP transfer, import, decode equals
+  # colocated decoding (src/transfer/disagg_equivalence_test.cc).
+  if [[ -x "$PACK/test_transfer" ]]; then
+    echo "== test_transfer on the CUDA runner"
+    timeout 300 "$PACK/test_transfer" --gtest_filter='*cuda*' --gtest_output="json:$OUT/gpu_transfer_tests.json" \
+      > "$OUT/gpu_transfer_tests.log" 2>&1 || status=1
+    grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_transfer_tests.log" | head -20
   fi
 fi
 if [[ -n "$GYRE" ]] && has_step serve; then
