@@ -40,7 +40,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   done
   (cd "$PACK/lib" && tar -cJf ../libs.tar.xz ./*) && rm -rf "$PACK/lib"
   # The binaries travel compressed too (the working tree and the pack share a 64 MiB budget).
-  (cd "$PACK" && tar -cf - "${bins[@]}" | xz -T2 -6 > bins.tar.xz && rm -f "${bins[@]}")
+  (cd "$PACK" && tar -cf - "${bins[@]}" | xz -T2 -9 > bins.tar.xz && rm -f "${bins[@]}")
   commit=$(git -C "$ROOT" rev-parse --short=12 HEAD)
   git -C "$ROOT" diff --quiet HEAD -- src CMakeLists.txt 2>/dev/null || commit="$commit+dirty"
   echo "$commit" > "$PACK/COMMIT"
