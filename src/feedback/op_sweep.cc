@@ -17,16 +17,6 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::string ShapeLabel(const std::map<std::string, int64_t>& dims) {
-  std::ostringstream ss;
-  bool first = true;
-  for (const auto& [k, v] : dims) {
-    ss << (first ? "" : " ") << k << "=" << v;
-    first = false;
-  }
-  return ss.str();
-}
-
 std::string UtcNow() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -146,7 +136,7 @@ std::vector<SweepShape> SweepShapes(const std::vector<ops::OpSpec>& registry, co
       const ops::OpSpec* op = find(m.op);
       if (op == nullptr || !wanted(m.op)) continue;
       bool dup = false;  // the same op and dims from another part (e.g. two identical projections)
-      const std::string label = ShapeLabel(m.dims);
+      const std::string label = ops::ShapeLabel(m.dims);
       for (const auto& s : out) dup |= s.op == op && s.shape.label == label && s.source == m.source;
       if (!dup) push(op, ops::OpShape{label, m.dims, 0}, m.source);
     }

@@ -61,18 +61,9 @@ CheckResult CompareOut(const std::vector<float>& out, const ref::Vec& want) {
   return r;
 }
 
-std::string Label(const std::map<std::string, int64_t>& dims) {
-  std::ostringstream ss;
-  bool first = true;
-  for (const auto& [k, v] : dims) {
-    ss << (first ? "" : " ") << k << "=" << v;
-    first = false;
-  }
-  return ss.str();
-}
 
 OpShape S(std::map<std::string, int64_t> dims, double tolerance = 0) {
-  return OpShape{Label(dims), std::move(dims), tolerance};
+  return OpShape{ShapeLabel(dims), std::move(dims), tolerance};
 }
 
 // CUDA path (GYRE_CUDA builds): an op struct that has `static Status CudaRun(Inputs&,
@@ -874,6 +865,16 @@ std::vector<OpSpec> BuildRegistry() {
 
 }  // namespace
 
+std::string ShapeLabel(const std::map<std::string, int64_t>& dims) {
+  std::ostringstream ss;
+  bool first = true;
+  for (const auto& [k, v] : dims) {
+    ss << (first ? "" : " ") << k << "=" << v;
+    first = false;
+  }
+  return ss.str();
+}
+
 const std::vector<OpSpec>& Registry() {
   static const std::vector<OpSpec>* r = new std::vector<OpSpec>(BuildRegistry());
   return *r;
@@ -906,7 +907,7 @@ Result<OpShape> ParseShape(const OpSpec& op, const std::string& text) {
     }
     if (dims[k] < 1) return Status::InvalidArgument("shape entry '" + item + "' must be >= 1");
   }
-  return OpShape{Label(dims), dims};
+  return OpShape{ShapeLabel(dims), dims};
 }
 
 }  // namespace gyre::ops

@@ -61,6 +61,8 @@ struct OpSpec {
 // All registered ops (built once; thread-safe to read).
 const std::vector<OpSpec>& Registry();
 const OpSpec* FindOp(const std::string& name);
+// "H=2 K=16 T=65": the label of a shape (dims in name order), as OpShape::label holds it.
+std::string ShapeLabel(const std::map<std::string, int64_t>& dims);
 // Parses "T=65,H=2,K=16" against an op's dims (unknown names → InvalidArgument).
 Result<OpShape> ParseShape(const OpSpec& op, const std::string& text);
 
