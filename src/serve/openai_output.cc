@@ -28,25 +28,32 @@ StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
 }
 
-StopMatcher::Released StopMatcher::Push(std::string_view text) {
+StopMatcher::Released StopMatcher::Push(std::string_view text, bool may_stop) {
   Released r;
   held_.append(text);
   if (stops_.empty()) {
     r.text.swap(held_);
     return r;
   }
-  // Earliest full match among all stops (the longest of those that start there).
-  size_t best = std::string::npos, best_len = 0;
-  for (const std::string& s : stops_) {
-    const size_t at = held_.find(s);
-    if (at < best || (at == best && at != std::string::npos && s.size() > best_len)) best = at, best_len = s.size();
-  }
-  if (best != std::string::npos) {
-    r.text = held_.substr(0, include_stop_ ? best + best_len : best);
-    held_.clear();
-    stopped_ = true;
-    r.stopped = true;
-    return r;
+  if (!may_stop) {
+    unarmed_ = held_.size();
+  } else {
+    // Earliest full match among all stops that ends in armed text (the longest of those that
+    // start there).
+    size_t best = std::string::npos, best_len = 0;
+    for (const std::string& s : stops_) {
+      const size_t from = unarmed_ >= s.size() ? unarmed_ - s.size() + 1 : 0;
+      const size_t at = held_.find(s, from);
+      if (at < best || (at == best && at != std::string::npos && s.size() > best_len)) best = at, best_len = s.size();
+    }
+    unarmed_ = 0;
+    if (best != std::string::npos) {
+      r.text = held_.substr(0, include_stop_ ? best + best_len : best);
+      held_.clear();
+      stopped_ = true;
+      r.stopped = true;
+      return r;
+    }
   }
   // Hold back the longest tail that is a proper prefix of a stop. It starts at a UTF-8 character
   // boundary because it equals the start of a (valid UTF-8) stop sequence.
@@ -54,6 +61,7 @@ StopMatcher::Released StopMatcher::Push(std::string_view text) {
   for (const std::string& s : stops_) keep = std::max(keep, PartialTagAtEnd(held_, s));
   r.text = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
+  unarmed_ = std::min(unarmed_, held_.size());
   return r;
 }
 
@@ -172,7 +180,7 @@ TextOutput::Delta TextOutput::OnToken(const TokenEvent& ev) {
     AppendLogprobs(d.logprobs, ev, offset);
     AppendLogprobs(all_logprobs_, ev, offset);
   }
-  StopMatcher::Released r = matcher_.Push(piece);
+  StopMatcher::Released r = matcher_.Push(piece, num_tokens_ >= opts_.min_tokens);
   d.text = std::move(r.text);
   d.stopped = r.stopped;
   text_ += d.text;
@@ -182,7 +190,7 @@ TextOutput::Delta TextOutput::OnToken(const TokenEvent& ev) {
 TextOutput::Delta TextOutput::Finish() {
   Delta d;
   if (matcher_.stopped()) return d;
-  StopMatcher::Released r = matcher_.Push(decoder_.Flush());
+  StopMatcher::Released r = matcher_.Push(decoder_.Flush(), num_tokens_ >= opts_.min_tokens);
   d.text = std::move(r.text);
   if (!r.stopped) d.text += matcher_.Flush();
   d.stopped = r.stopped;

@@ -31,6 +31,9 @@ bool IsAsciiSpace(char c);
 // held back. When a stop matches, the text before its first occurrence is released (with
 // `include_stop`, up to the end of the match: of the stops found at that position, the longest)
 // and the matcher is done; everything after is dropped.
+// Arming (min_tokens, as vLLM: stop strings are not checked before the request has min_tokens
+// output tokens): text pushed with `may_stop` false never matches, and a later armed push matches
+// only a stop that ends in text pushed armed — one that started earlier may still complete there.
 class StopMatcher {
  public:
   explicit StopMatcher(std::vector<std::string> stops, bool include_stop = false);
@@ -40,7 +43,7 @@ class StopMatcher {
     bool stopped = false;
   };
   // REQUIRES: !stopped().
-  Released Push(std::string_view text);
+  Released Push(std::string_view text, bool may_stop = true);
   // Everything still held (call at the end when no stop matched).
   std::string Flush();
   bool stopped() const { return stopped_; }
@@ -49,6 +52,7 @@ class StopMatcher {
   std::vector<std::string> stops_;
   bool include_stop_;
   std::string held_;
+  size_t unarmed_ = 0;  // leading bytes of held_ pushed while not armed: no match may end in them
   bool stopped_ = false;
 };
 
@@ -64,6 +68,9 @@ struct OutputOptions {
   // a token in stop_token_ids. Without it (vLLM's default) such a token adds no text.
   bool include_stop_str = false;
   std::vector<int32_t> stop_token_ids;  // ids the engine finishes on: the request's stop ids and EOS
+  // min_tokens: stop strings match only from the min_tokens-th output token on (vLLM's rule; the
+  // engine masks EOS and stop_token_ids before then).
+  int32_t min_tokens = 0;
   // Special tokens whose text stays even with skip_special: the markup a ChatOutputParser reads
   // (<think>, </think>, ... in tokenizers that mark them special).
   std::vector<std::string> keep_special;

@@ -65,6 +65,46 @@ TEST(StopMatcher, UnmatchedTailIsFlushed) {
   EXPECT_EQ(Feed({"END"}, {"abc", "EN"}), (std::pair<std::string, bool>{"abcEN", false}));
 }
 
+TEST(StopMatcher, UnarmedTextNeverMatches) {
+  // min_tokens: a stop complete in text pushed before arming does not end the output.
+  StopMatcher m({"END"});
+  auto r = m.Push("aENDb", /*may_stop=*/false);
+  EXPECT_FALSE(r.stopped);
+  EXPECT_EQ(r.text, "aENDb");
+  r = m.Push("cEND", /*may_stop=*/true);
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "c");
+}
+
+TEST(StopMatcher, StopStartedUnarmedMayCompleteArmed) {
+  // vLLM checks the stop strings that end in the new text, so one begun before min_tokens counts.
+  StopMatcher m({"END"});
+  auto r = m.Push("xEN", /*may_stop=*/false);
+  EXPECT_EQ(r.text, "x");  // "EN" is held: it may start END
+  r = m.Push("D!", /*may_stop=*/true);
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "");
+}
+
+TEST(StopMatcher, HeldFullStopFromUnarmedTextDoesNotMatchLater) {
+  // "ab" arrives unarmed and is held (a prefix of "abc"); when armed text follows, the complete
+  // "ab" ends in unarmed text and must not match, while "abc" still can.
+  {
+    StopMatcher m({"ab", "abc"});
+    EXPECT_EQ(m.Push("ab", false).text, "");
+    auto r = m.Push("x", true);
+    EXPECT_FALSE(r.stopped);
+    EXPECT_EQ(r.text, "abx");
+  }
+  {
+    StopMatcher m({"ab", "abc"}, /*include_stop=*/true);
+    EXPECT_EQ(m.Push("ab", false).text, "");
+    auto r = m.Push("c", true);
+    EXPECT_TRUE(r.stopped);
+    EXPECT_EQ(r.text, "abc");
+  }
+}
+
 TEST(StopMatcher, MultibyteStop) {
   EXPECT_EQ(Feed({"é!"}, {"caf\xC3\xA9", "!x"}), (std::pair<std::string, bool>{"caf", true}));
 }

@@ -588,7 +588,8 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
                            .skip_special = g.skip_special_tokens,
                            .stop = g.stop,
                            .include_stop_str = g.include_stop_str,
-                           .stop_token_ids = g.stop_token_ids};
+                           .stop_token_ids = g.stop_token_ids,
+                           .min_tokens = g.min_tokens};
   if (!g.ignore_eos) {
     s.output.stop_token_ids.insert(s.output.stop_token_ids.end(), cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end());
   }

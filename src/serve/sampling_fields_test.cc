@@ -59,6 +59,25 @@ TEST_F(SamplingFieldsTest, MinTokensKeepsEosOutUntilReached) {
   EXPECT_EQ(held["choices"][0]["finish_reason"], "stop");
 }
 
+TEST_F(SamplingFieldsTest, MinTokensHoldsMultiTokenStopStringsBack) {
+  // vLLM: stop strings are checked from the min_tokens-th output token on. (A stop string that is
+  // one token is a stop id to the engine and masked before min_tokens, like EOS.) Every token is
+  // forced to 345, and the stop string is the text of two of them.
+  const int32_t forced = 345;
+  const std::string stop = Text({forced, forced});
+  ASSERT_FALSE(Text({forced}).empty());
+  const Json bias = {{std::to_string(forced), 100}};
+  const Json early = Complete({{"logit_bias", bias}, {"stop", stop}});
+  EXPECT_EQ(early["usage"]["completion_tokens"], 2) << early.dump();
+  EXPECT_EQ(early["choices"][0]["text"], "");
+  EXPECT_EQ(early["choices"][0]["finish_reason"], "stop");
+  // Tokens 1 and 2 complete the stop before min_tokens; token 3 completes another occurrence.
+  const Json held = Complete({{"logit_bias", bias}, {"stop", stop}, {"min_tokens", 3}});
+  EXPECT_EQ(held["usage"]["completion_tokens"], 3) << held.dump();
+  EXPECT_EQ(held["choices"][0]["text"], Text({forced}));
+  EXPECT_EQ(held["choices"][0]["finish_reason"], "stop");
+}
+
 TEST_F(SamplingFieldsTest, PenaltiesChangeGreedyText) {
   const Json plain = Complete({{"max_tokens", 16}});
   const Json penalised =
