@@ -27,6 +27,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   bins=(gyre gyre_cuda_bench)
   [[ -x "$BUILD/test_engine" ]] && bins+=(test_engine)
   [[ -x "$BUILD/test_transfer" ]] && bins+=(test_transfer)
+  [[ -x "$BUILD/test_device_comm" ]] && bins+=(test_device_comm)
   for f in "$BUILD"/gyre_*_bench; do [[ -x "$f" ]] && bins+=("$(basename "$f")"); done
   for b in "${bins[@]}"; do
     strip --strip-debug -o "$PACK/$b" "$BUILD/$b"
@@ -58,7 +59,7 @@ echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,comm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -207,6 +208,18 @@ if has_step engine; then
     timeout 300 "$PACK/test_transfer" --gtest_filter='*cuda*' --gtest_output="json:$OUT/gpu_transfer_tests.json" \
       > "$OUT/gpu_transfer_tests.log" 2>&1 || status=1
     grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_transfer_tests.log" | head -20
+  fi
+fi
+# Device communicators (src/parallel/device_communicator.h): NCCL with one rank, and ranks as threads
+# sharing this GPU; every collective against a host reference, and the timeout path.
+if has_step comm; then
+  if [[ -x "$PACK/test_device_comm" ]]; then
+    echo "== test_device_comm"
+    timeout 300 "$PACK/test_device_comm" --gtest_output="json:$OUT/gpu_device_comm_tests.json" \
+      > "$OUT/gpu_device_comm_tests.log" 2>&1 || status=1
+    grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_device_comm_tests.log" | head -30
+  else
+    echo "== no packed test_device_comm"; status=1
   fi
 fi
 if [[ -n "$GYRE" ]] && has_step serve; then
