@@ -59,7 +59,7 @@ echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,comm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,comm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -265,6 +265,10 @@ fi
 if [[ -n "$GYRE" ]] && has_step servebench; then
   echo "== serving benchmarks (tools/gpu/serve_bench.sh)"
   timeout ${GYRE_SERVE_BENCH_TIMEOUT:-1500} tools/gpu/serve_bench.sh "$GYRE" "$OUT/servebench" ${GYRE_SERVE_BENCH_CONFIGS:-} || status=1
+fi
+if [[ -n "$GYRE" ]] && has_step prefixbench; then
+  echo "== prefix cache on vs off (tools/gpu/prefix_bench.sh)"
+  timeout ${GYRE_PREFIX_BENCH_TIMEOUT:-900} tools/gpu/prefix_bench.sh "$GYRE" "$OUT/prefixbench" ${GYRE_PREFIX_BENCH_CONFIGS:-} || status=1
 fi
 if has_step hf; then
   echo "== transformers' chunked KDA at the KDA prefill shapes"
