@@ -316,6 +316,7 @@ int RunServe(ServeArgs a) {
     co.page_tokens = a.kv_page_tokens;
     co.seed = a.seed;
     co.gpu_memory_utilization = a.gpu_memory_utilization;
+    co.reserve_bytes = checkpoint_bytes;  // an explicit prefix-cache checkpoint budget is not the pool's
     co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
     auto gpu = random ? CudaModel::Random(config, co) : CudaModel::FromHost(config, model->weights(), co);
     if (!gpu.ok()) return Fail(gpu.error());
@@ -514,7 +515,7 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--dtype", args->dtype, "cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16")
       ->check(CLI::IsMember({"auto", "f32", "float32", "bf16", "bfloat16"}));
   s->add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
-                "cuda: fraction of the GPU memory free after weights and scratch that the KV page pool takes (default 0.9)")
+                "cuda: fraction of the GPU memory free after weights, scratch and an explicit --prefix-cache-checkpoint-bytes that the KV page pool takes (default 0.9)")
       ->check(CLI::Range(0.01, 1.0));
   s->add_option("--seed", args->seed, "cuda --config: random-weight seed");
   s->add_flag("--disable-overlap-schedule", args->disable_overlap,

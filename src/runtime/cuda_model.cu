@@ -1405,7 +1405,8 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
         if (impl->w.layers[l].has_indexer) row_bytes += 3 * c.index_head_dim * 4;
       }
     }
-    const double budget = opts.gpu_memory_utilization * static_cast<double>(free_b) -
+    const double usable = std::max(0.0, static_cast<double>(free_b) - static_cast<double>(std::max<int64_t>(opts.reserve_bytes, 0)));
+    const double budget = opts.gpu_memory_utilization * usable -
                           static_cast<double>(state_per_slot * opts.max_seqs);
     if (row_bytes > 0) {
       const int64_t tokens = static_cast<int64_t>(budget / static_cast<double>(row_bytes));

@@ -46,6 +46,9 @@ struct CudaModelOptions {
   // > 0: size the page pool from free GPU memory instead of kv_tokens: this fraction of the memory
   // free after weights and scratch (state slots come out of it first).
   double gpu_memory_utilization = 0;
+  // With gpu_memory_utilization: bytes kept out of the pool for a later ReserveCheckpoints (the
+  // prefix cache's KDA checkpoint budget), subtracted from the free memory before the fraction.
+  int64_t reserve_bytes = 0;
   int64_t max_seq_tokens = 0;        // longest sequence (block-table width); 0: min(kv_tokens, 2^17)
   int64_t page_tokens = 64;
   uint64_t seed = 0;                 // random weights
