@@ -297,8 +297,14 @@ TEST(NcclCommunicator, CollectiveThatDoesNotCompleteTimesOut) {
         while (!release && std::chrono::steady_clock::now() < until) std::this_thread::yield();
       },
       nullptr));
+  // If ncclCommAbort waits for the stalled stream, this lets it finish after a few seconds.
+  std::thread releaser([] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    release = true;
+  });
   const Status st = (*comm)->AllReduceSum(b.ptr, b.ptr, 256, DType::kF32, s);
   release = true;
+  releaser.join();
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
   EXPECT_EQ((*comm)->status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_EQ((*comm)->Barrier(s).code(), StatusCode::kDeadlineExceeded);  // sticky

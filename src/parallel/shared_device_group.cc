@@ -2,12 +2,12 @@
 
 #include <cuda_runtime.h>
 
-#include <condition_variable>
 #include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
 
+#include "parallel/rank_sync.h"
 #include "parallel/shared_device_group_kernel.h"
 
 namespace gyre::parallel {
@@ -30,20 +30,17 @@ Status CudaError(cudaError_t e, const std::string& what) {
 }  // namespace
 
 struct SharedDeviceGroup::Shared {
+  Shared(int n, int device, std::chrono::milliseconds timeout, WaitMode wait)
+      : n(n), device(device), wait(wait), sync(n, timeout), slots(n), mail(static_cast<size_t>(n) * n) {}
+
   // Constant after construction.
-  int n = 0;
-  int device = 0;
-  std::chrono::milliseconds timeout{0};
-  WaitMode wait = WaitMode::kEachCall;
-  std::vector<cudaEvent_t> ready, pulled;  // per rank: staging filled / this rank's pull done
+  const int n;
+  const int device;
+  const WaitMode wait;
+  std::vector<cudaEvent_t> ready, pulled;          // per rank: staging filled / its pull done
   std::vector<cudaEvent_t> mail_ready, mail_done;  // per (src, dst) pair: n * n
 
-  // Guarded by mu.
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
-  Status broken;
+  RankSync sync;  // host barrier, sticky failure; its mu also guards the mailboxes
 
   // Slot r: written by rank r before the first barrier of a collective, read by all between
   // the barriers (as in InProcessGroup).
@@ -58,7 +55,7 @@ struct SharedDeviceGroup::Shared {
   };
   std::vector<Slot> slots;
 
-  // Mailbox (src, dst) for Send/Recv; guarded by mu.
+  // Mailbox (src, dst) for Send/Recv; guarded by sync.mu.
   struct Mail {
     bool posted = false, taken = false;
     const void* ptr = nullptr;
@@ -67,42 +64,9 @@ struct SharedDeviceGroup::Shared {
   };
   std::vector<Mail> mail;  // index src * n + dst
 
-  Status Broken() {
-    std::lock_guard<std::mutex> lock(mu);
-    return broken;
-  }
-
-  Status Fail(Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (broken.ok()) broken = std::move(s);
-    cv.notify_all();
-    return broken;
-  }
-
-  Status Timeout(std::unique_lock<std::mutex>& lock, int rank, const std::string& what) {
-    if (broken.ok()) {
-      broken = Status(StatusCode::kDeadlineExceeded, "rank " + std::to_string(rank) + " waited " +
-                                                         std::to_string(timeout.count()) + " ms " + what);
-      cv.notify_all();
-    }
-    return broken;
-  }
-
-  Status Barrier(int rank) {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!broken.ok()) return broken;
-    const uint64_t gen = generation;
-    if (++arrived == n) {
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-      return Status();
-    }
-    const bool done = cv.wait_for(lock, timeout, [&] { return generation != gen || !broken.ok(); });
-    if (generation != gen) return Status();
-    if (!done) return Timeout(lock, rank, std::string("for the other ranks in '") + slots[rank].op + "'");
-    return broken;
-  }
+  Status Broken() { return sync.Broken(); }
+  Status Fail(Status s) { return sync.Fail(std::move(s)); }
+  Status Barrier(int rank) { return sync.Barrier(rank, slots[rank].op); }
 };
 
 namespace {
@@ -212,25 +176,23 @@ class SharedRank final : public DeviceCommunicator {
     GYRE_RETURN_IF_ERROR(CheckPeer("Send", dtype, count, peer));
     GYRE_CUDA_OR_FAIL(cudaSetDevice(g_->device), "Send");
     const int box = rank_ * g_->n + peer;
-    std::unique_lock<std::mutex> lock(g_->mu);
+    std::unique_lock<std::mutex> lock(g_->sync.mu);
     auto& m = g_->mail[box];
-    if (!g_->cv.wait_for(lock, g_->timeout, [&] { return !m.posted || !g_->broken.ok(); })) {
-      return g_->Timeout(lock, rank_, "to post a Send to rank " + std::to_string(peer));
+    if (!g_->sync.cv.wait_for(lock, g_->sync.timeout(), [&] { return !m.posted || !g_->sync.broken.ok(); })) {
+      return g_->sync.TimedOutLocked(rank_, "to post a Send to rank " + std::to_string(peer));
     }
-    if (!g_->broken.ok()) return g_->broken;
+    if (!g_->sync.broken.ok()) return g_->sync.broken;
     if (cudaError_t e = cudaEventRecord(g_->mail_ready[box], stream); e != cudaSuccess) {
-      if (g_->broken.ok()) g_->broken = CudaError(e, "Send: cudaEventRecord");
-      g_->cv.notify_all();
-      return g_->broken;
+      return g_->sync.FailLocked(CudaError(e, "Send: cudaEventRecord"));
     }
     m = {true, false, buf, count, dtype};
-    g_->cv.notify_all();
-    if (!g_->cv.wait_for(lock, g_->timeout, [&] { return m.taken || !g_->broken.ok(); })) {
-      return g_->Timeout(lock, rank_, "for rank " + std::to_string(peer) + " to Recv");
+    g_->sync.cv.notify_all();
+    if (!g_->sync.cv.wait_for(lock, g_->sync.timeout(), [&] { return m.taken || !g_->sync.broken.ok(); })) {
+      return g_->sync.TimedOutLocked(rank_, "for rank " + std::to_string(peer) + " to Recv");
     }
-    if (!g_->broken.ok()) return g_->broken;
+    if (!g_->sync.broken.ok()) return g_->sync.broken;
     m = {};
-    g_->cv.notify_all();
+    g_->sync.cv.notify_all();
     lock.unlock();
     // The receiver's copy reads `buf`: this stream may not overwrite it before the copy is done.
     GYRE_CUDA_OR_FAIL(cudaStreamWaitEvent(stream, g_->mail_done[box], 0), "Send");
@@ -241,12 +203,12 @@ class SharedRank final : public DeviceCommunicator {
     GYRE_RETURN_IF_ERROR(CheckPeer("Recv", dtype, count, peer));
     GYRE_CUDA_OR_FAIL(cudaSetDevice(g_->device), "Recv");
     const int box = peer * g_->n + rank_;
-    std::unique_lock<std::mutex> lock(g_->mu);
+    std::unique_lock<std::mutex> lock(g_->sync.mu);
     auto& m = g_->mail[box];
-    if (!g_->cv.wait_for(lock, g_->timeout, [&] { return (m.posted && !m.taken) || !g_->broken.ok(); })) {
-      return g_->Timeout(lock, rank_, "for a Send from rank " + std::to_string(peer));
+    if (!g_->sync.cv.wait_for(lock, g_->sync.timeout(), [&] { return (m.posted && !m.taken) || !g_->sync.broken.ok(); })) {
+      return g_->sync.TimedOutLocked(rank_, "for a Send from rank " + std::to_string(peer));
     }
-    if (!g_->broken.ok()) return g_->broken;
+    if (!g_->sync.broken.ok()) return g_->sync.broken;
     Status s;
     if (m.count != count || m.dtype != dtype) {
       s = Status::InvalidArgument("Recv on rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
@@ -261,12 +223,10 @@ class SharedRank final : public DeviceCommunicator {
     if (s.ok() && e == cudaSuccess) e = cudaEventRecord(g_->mail_done[box], stream);
     if (s.ok() && e != cudaSuccess) s = CudaError(e, "Recv copy");
     if (!s.ok()) {
-      if (g_->broken.ok()) g_->broken = s;
-      g_->cv.notify_all();
-      return g_->broken;
+      return g_->sync.FailLocked(s);
     }
     m.taken = true;
-    g_->cv.notify_all();
+    g_->sync.cv.notify_all();
     lock.unlock();
     return Finish(stream, "Recv");
   }
@@ -274,7 +234,7 @@ class SharedRank final : public DeviceCommunicator {
   Status Wait() override {
     GYRE_RETURN_IF_ERROR(g_->Broken());
     if (!mine_) return Status();
-    const auto deadline = Clock::now() + g_->timeout;
+    const auto deadline = Clock::now() + g_->sync.timeout();
     for (;;) {
       const cudaError_t e = cudaEventQuery(mine_);
       if (e == cudaSuccess) return Status();
@@ -282,7 +242,7 @@ class SharedRank final : public DeviceCommunicator {
       if (Clock::now() >= deadline) {
         return g_->Fail(Status(StatusCode::kDeadlineExceeded,
                                "rank " + std::to_string(rank_) + ": its device work did not complete within " +
-                                   std::to_string(g_->timeout.count()) + " ms"));
+                                   std::to_string(g_->sync.timeout().count()) + " ms"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -393,14 +353,8 @@ Result<std::unique_ptr<SharedDeviceGroup>> SharedDeviceGroup::Create(int n, int 
   }
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaError(e, "SharedDeviceGroup: cudaSetDevice");
   auto group = std::unique_ptr<SharedDeviceGroup>(new SharedDeviceGroup());
-  group->shared_ = std::make_unique<Shared>();
+  group->shared_ = std::make_unique<Shared>(n, device, timeout, wait);
   Shared& g = *group->shared_;
-  g.n = n;
-  g.device = device;
-  g.timeout = timeout;
-  g.wait = wait;
-  g.slots.resize(n);
-  g.mail.resize(static_cast<size_t>(n) * n);
   auto make = [](std::vector<cudaEvent_t>* v, size_t k) -> Status {
     for (size_t i = 0; i < k; ++i) {
       cudaEvent_t ev = nullptr;
