@@ -278,7 +278,9 @@ Result<BootstrapResult> BootstrapJoin(const std::string& addr, int rank, int wor
   uint32_t len = 0;
   GYRE_RETURN_IF_ERROR(RecvAll(fd.get(), &ok, 1, deadline, peer).WithContext("bootstrap"));
   GYRE_RETURN_IF_ERROR(RecvAll(fd.get(), &len, 4, deadline, peer).WithContext("bootstrap"));
-  if (len > kMaxBlob) return Status::DataLoss("bootstrap: rank 0 announced a blob of " + std::to_string(len) + " bytes");
+  if (len > kMaxBlob) {
+    return Status::DataLoss("bootstrap: rank 0 announced a blob of " + std::to_string(len) + " bytes");
+  }
   std::vector<uint8_t> payload(len);
   GYRE_RETURN_IF_ERROR(RecvAll(fd.get(), payload.data(), len, deadline, peer).WithContext("bootstrap"));
   if (!ok) {

@@ -44,7 +44,8 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(std::span<con
                                    " bytes, got " + std::to_string(id.size()));
   }
   if (world < 1 || rank < 0 || rank >= world) {
-    return Status::InvalidArgument("NCCL: rank " + std::to_string(rank) + " outside [0, " + std::to_string(world) + ")");
+    return Status::InvalidArgument("NCCL: rank " + std::to_string(rank) + " outside [0, " + std::to_string(world) +
+                                   ")");
   }
   std::memcpy(uid.internal, id.data(), id.size());
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
@@ -260,13 +261,17 @@ Status NcclCommunicator::AllToAllV(const void* send, std::span<const int64_t> se
 
 Status NcclCommunicator::Send(const void* buf, int64_t count, DType dtype, int peer, DeviceStream stream) {
   GYRE_RETURN_IF_ERROR(Begin(dtype, count, "Send"));
-  if (peer < 0 || peer >= world_ || peer == rank_) return Fail(Status::InvalidArgument("Send: bad peer " + std::to_string(peer)));
+  if (peer < 0 || peer >= world_ || peer == rank_) {
+    return Fail(Status::InvalidArgument("Send: bad peer " + std::to_string(peer)));
+  }
   return Finish(ncclSend(buf, static_cast<size_t>(count), NcclType(dtype), peer, comm_, stream), stream, "Send");
 }
 
 Status NcclCommunicator::Recv(void* buf, int64_t count, DType dtype, int peer, DeviceStream stream) {
   GYRE_RETURN_IF_ERROR(Begin(dtype, count, "Recv"));
-  if (peer < 0 || peer >= world_ || peer == rank_) return Fail(Status::InvalidArgument("Recv: bad peer " + std::to_string(peer)));
+  if (peer < 0 || peer >= world_ || peer == rank_) {
+    return Fail(Status::InvalidArgument("Recv: bad peer " + std::to_string(peer)));
+  }
   return Finish(ncclRecv(buf, static_cast<size_t>(count), NcclType(dtype), peer, comm_, stream), stream, "Recv");
 }
 

@@ -205,7 +205,8 @@ class SharedRank final : public DeviceCommunicator {
     const int box = peer * g_->n + rank_;
     std::unique_lock<std::mutex> lock(g_->sync.mu);
     auto& m = g_->mail[box];
-    if (!g_->sync.cv.wait_for(lock, g_->sync.timeout(), [&] { return (m.posted && !m.taken) || !g_->sync.broken.ok(); })) {
+    const auto arrived = [&] { return (m.posted && !m.taken) || !g_->sync.broken.ok(); };
+    if (!g_->sync.cv.wait_for(lock, g_->sync.timeout(), arrived)) {
       return g_->sync.TimedOutLocked(rank_, "for a Send from rank " + std::to_string(peer));
     }
     if (!g_->sync.broken.ok()) return g_->sync.broken;
@@ -219,7 +220,9 @@ class SharedRank final : public DeviceCommunicator {
     const int64_t bytes = count * CommElementBytes(dtype);
     cudaError_t e = cudaSuccess;
     if (s.ok()) e = cudaStreamWaitEvent(stream, g_->mail_ready[box], 0);
-    if (s.ok() && e == cudaSuccess && bytes > 0) e = cudaMemcpyAsync(buf, m.ptr, bytes, cudaMemcpyDeviceToDevice, stream);
+    if (s.ok() && e == cudaSuccess && bytes > 0) {
+      e = cudaMemcpyAsync(buf, m.ptr, bytes, cudaMemcpyDeviceToDevice, stream);
+    }
     if (s.ok() && e == cudaSuccess) e = cudaEventRecord(g_->mail_done[box], stream);
     if (s.ok() && e != cudaSuccess) s = CudaError(e, "Recv copy");
     if (!s.ok()) {
