@@ -79,7 +79,9 @@ class DeviceCommunicator {
   // on `stream`).
   virtual Status Barrier(DeviceStream stream) = 0;
 
-  // Waits (bounded by the timeout) for everything this rank enqueued. OK when all completed.
+  // Waits (bounded by the timeout) for this rank's latest call and, in stream order, everything
+  // before it on that call's stream. OK when it completed. A rank that spreads its calls over
+  // several streams calls Wait after the last call on each of them.
   virtual Status Wait() = 0;
 
   // The sticky failure of this rank (OK while none).
