@@ -3,6 +3,7 @@
 #
 #   scripts/gpu_check.sh --pack     On the build machine, after
 #                                     cmake --preset cuda && cmake --build build/cuda -j2 --target gyre gyre_cuda_bench
+#                                   (and test_engine, test_transfer, test_device_comm when built)
 #                                   bundles gyre, gyre_cuda_bench and the shared libraries a plain CUDA image
 #                                   lacks (OpenBLAS, gfortran, utf8proc, ...) into build/gpu_pack (~15 MB).
 #   scripts/gpu_check.sh OUTDIR     On the GPU machine (build/gpu_pack carried along, or nvcc there):
@@ -35,7 +36,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   # Everything ldd resolves except the C/C++ runtime and CUDA (the GPU image has newer ones).
   (cd "$PACK" && ldd "${bins[@]}") | awk '/=>/ {print $1, $3}' | sort -u | while read -r name path; do
     case "$name" in
-      libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcublas*|libcudart*) ;;
+      libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcublas*|libcudart*|libnccl*) ;;  # NCCL: 200+ MB, from the GPU machine
       *) cp -L "$path" "$PACK/lib/$name" ;;
     esac
   done
@@ -59,7 +60,7 @@ echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,comm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,devcomm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -210,14 +211,18 @@ if has_step engine; then
     grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_transfer_tests.log" | head -20
   fi
 fi
-# Device communicators (src/parallel/device_communicator.h): NCCL with one rank, and ranks as threads
-# sharing this GPU; every collective against a host reference, and the timeout path.
-if has_step comm; then
+# ---- device communicators: NCCL with one rank, ranks as threads sharing this GPU, timeouts ----
+# (src/parallel/device_comm_gpu_test.cc). NCCL is not packed: it comes from this machine.
+if has_step devcomm; then
   if [[ -x "$PACK/test_device_comm" ]]; then
-    echo "== test_device_comm"
-    timeout 300 "$PACK/test_device_comm" --gtest_output="json:$OUT/gpu_device_comm_tests.json" \
+    if ! ldconfig -p | grep -q 'libnccl.so.2'; then
+      nccl=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2*' 2>/dev/null | head -1)
+      [[ -n "$nccl" ]] && export LD_LIBRARY_PATH=$(dirname "$nccl")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+    echo "== test_device_comm (NCCL world 1, SharedDeviceGroup 1/2/4 ranks, timeouts)"
+    timeout 600 "$PACK/test_device_comm" --gtest_output="json:$OUT/gpu_device_comm_tests.json" \
       > "$OUT/gpu_device_comm_tests.log" 2>&1 || status=1
-    grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]' "$OUT/gpu_device_comm_tests.log" | head -30
+    grep -E '^\[  (PASSED|FAILED) |^\[       OK|FAILED  \]|error while loading' "$OUT/gpu_device_comm_tests.log" | head -20
   else
     echo "== no packed test_device_comm"; status=1
   fi

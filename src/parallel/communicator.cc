@@ -9,25 +9,19 @@
 
 #include <omp.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
 
+#include "parallel/rank_sync.h"
+
 namespace gyre::parallel {
 
 struct InProcessGroup::Shared {
-  // Constant after construction.
-  int n = 0;
-  std::chrono::milliseconds timeout{0};
+  Shared(int n, std::chrono::milliseconds timeout) : n(n), sync(n, timeout), slots(n) {}
 
-  // Guarded by mu.
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
-  Status broken;  // sticky: the first failure of any collective
+  const int n;
+  RankSync sync;  // the barrier and the sticky failure: the first failure of any collective
 
   // Slot r is written by rank r in the publish phase only and read by all ranks in the consume
   // phase (the barrier between them orders the accesses).
@@ -40,38 +34,9 @@ struct InProcessGroup::Shared {
   };
   std::vector<Slot> slots;
 
-  Status Broken() {
-    std::lock_guard<std::mutex> lock(mu);
-    return broken;
-  }
-
-  Status Fail(Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (broken.ok()) broken = std::move(s);
-    cv.notify_all();
-    return broken;
-  }
-
-  Status Barrier(int rank) {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!broken.ok()) return broken;
-    const uint64_t gen = generation;
-    if (++arrived == n) {
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-      return Status();
-    }
-    const bool done = cv.wait_for(lock, timeout, [&] { return generation != gen || !broken.ok(); });
-    if (generation != gen) return Status();
-    if (!done && broken.ok()) {
-      broken = Status(StatusCode::kDeadlineExceeded,
-                      "rank " + std::to_string(rank) + " waited " + std::to_string(timeout.count()) +
-                          " ms for the other ranks in '" + slots[rank].op + "'");
-      cv.notify_all();
-    }
-    return broken;
-  }
+  Status Broken() { return sync.Broken(); }
+  Status Fail(Status s) { return sync.Fail(std::move(s)); }
+  Status Barrier(int rank) { return sync.Barrier(rank, slots[rank].op); }
 };
 
 namespace {
@@ -190,10 +155,8 @@ class InProcessCommunicator : public Communicator {
 
 }  // namespace
 
-InProcessGroup::InProcessGroup(int n, std::chrono::milliseconds timeout) : shared_(std::make_unique<Shared>()) {
-  shared_->n = n;
-  shared_->timeout = timeout;
-  shared_->slots.resize(n);
+InProcessGroup::InProcessGroup(int n, std::chrono::milliseconds timeout)
+    : shared_(std::make_unique<Shared>(n, timeout)) {
   for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<InProcessCommunicator>(shared_.get(), r));
 }
 
@@ -210,10 +173,7 @@ Communicator& InProcessGroup::Rank(int r) { return *ranks_.at(r); }
 
 void InProcessGroup::Abort(Status s) { (void)shared_->Fail(std::move(s)); }
 
-Status InProcessGroup::status() const {
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  return shared_->broken;
-}
+Status InProcessGroup::status() const { return shared_->Broken(); }
 
 Status RunOnRanks(int n, const std::function<Status(Communicator&)>& fn) {
   auto group = InProcessGroup::Create(n);

@@ -15,8 +15,9 @@
 // group does not promise this order (ring and tree reductions associate differently); a test
 // that needs bitwise results across ranks must not assume it on GPUs.
 //
-// NOTE: the NCCL implementation of this interface comes with the GPU backend. It is not written
-// here; nothing in src/parallel has run on more than one GPU.
+// NOTE: GPU ranks use DeviceCommunicator (device_communicator.h: NCCL, or SharedDeviceGroup
+// with ranks sharing one GPU), the same contract on device buffers. Nothing in src/parallel has
+// run on more than one GPU.
 //
 // Thread safety: a Communicator belongs to the one thread that plays its rank. The group's
 // shared state is internally synchronised.
