@@ -237,9 +237,11 @@ bool HaveGpu() {
 
 TEST(NcclCommunicator, WorldOfOneMatchesTheHostReference) {
   REQUIRE_GPU();
-  auto id = NcclCommunicator::NewUniqueId();
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
   for (WaitMode wait : {WaitMode::kEachCall, WaitMode::kOnWait}) {
+    // A unique id serves one communicator's init (its bootstrap root accepts one group): a new
+    // id per communicator. (Reusing it hung the second init until the 60 s timeout.)
+    auto id = NcclCommunicator::NewUniqueId();
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
     auto comm = NcclCommunicator::Create(*id, 1, 0, 0, {milliseconds(60000), wait});
     ASSERT_TRUE(comm.ok()) << comm.status().ToString();
     for (DType dt : {DType::kF32, DType::kBF16}) {

@@ -37,7 +37,9 @@ class NcclCommunicator final : public DeviceCommunicator {
 
   // Rank `rank` of `world` on CUDA device `device`. Blocks (polling) until every rank has
   // joined or the timeout passes: DeadlineExceeded, the half-made communicator aborted.
-  // REQUIRES: id is NewUniqueId()'s bytes from rank 0; 0 <= rank < world.
+  // REQUIRES: id is NewUniqueId()'s bytes from rank 0, used for this one group only (NCCL's
+  // bootstrap root serves one init: a second group made from the same id waits until the timeout);
+  // 0 <= rank < world.
   static Result<std::unique_ptr<NcclCommunicator>> Create(std::span<const uint8_t> id, int world, int rank,
                                                           int device, NcclOptions options = {});
   // Finalizes (bounded by the timeout) and destroys; aborts when broken or when finalizing hangs.
