@@ -1,16 +1,15 @@
-// Vision tower, CPU fp32. Sections: positions and RoPE; attention; tower; merge.
+// Vision tower, CPU fp32. Sections: positions; tower; merge.
 #include "runtime/vision.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "ops/basic.h"
+#include "ops/vision.h"
 
 namespace gyre {
 
-// ---- positions and RoPE ------------------------------------------------------------------------
+// ---- positions ------------------------------------------------------------------------
 
 std::vector<std::pair<int32_t, int32_t>> VisionPatchPositions(const ImageGrid& g, int64_t merge) {
   std::vector<std::pair<int32_t, int32_t>> pos;
@@ -29,40 +28,7 @@ std::vector<std::pair<int32_t, int32_t>> VisionPatchPositions(const ImageGrid& g
   return pos;
 }
 
-void VisionRopeTables(std::span<const std::pair<int32_t, int32_t>> pos, int64_t head_dim, float theta,
-                      std::vector<float>* cos, std::vector<float>* sin) {
-  const int64_t q = head_dim / 4, spatial = head_dim / 2;
-  std::vector<float> inv(q);
-  for (int64_t i = 0; i < q; ++i) {
-    // As the reference: 1 / theta ** (arange(0, spatial, 2) / spatial), all in fp32.
-    const float e = static_cast<float>(2 * i) / static_cast<float>(spatial);
-    inv[i] = 1.0f / std::pow(theta, e);
-  }
-  const int64_t n = static_cast<int64_t>(pos.size());
-  cos->assign(n * head_dim, 0.0f);
-  sin->assign(n * head_dim, 0.0f);
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t j = 0; j < head_dim; ++j) {
-      const int64_t quarter = j / q;
-      const float coord = static_cast<float>(quarter % 2 == 0 ? pos[r].first : pos[r].second);
-      const float angle = coord * inv[j % q];
-      (*cos)[r * head_dim + j] = std::cos(angle);
-      (*sin)[r * head_dim + j] = std::sin(angle);
-    }
-  }
-}
-
 namespace {
-
-// x' = x·cos + rotate_half(x)·sin over one head of width hd, rotate_half(x) = [−x[hd/2:], x[:hd/2]].
-void RotateHead(float* x, const float* cos, const float* sin, int64_t hd) {
-  const int64_t half = hd / 2;
-  float tmp[1024];
-  float* r = hd <= 1024 ? tmp : new float[hd];
-  for (int64_t j = 0; j < hd; ++j) r[j] = j < half ? -x[j + half] : x[j - half];
-  for (int64_t j = 0; j < hd; ++j) x[j] = x[j] * cos[j] + r[j] * sin[j];
-  if (r != tmp) delete[] r;
-}
 
 void AddBias(float* y, int64_t n, std::span<const float> bias) {
   if (bias.empty()) return;
@@ -79,39 +45,6 @@ void LinearBias(const float* x, int64_t n, const Matrix& w, std::span<const floa
 }
 
 }  // namespace
-
-// ---- attention -------------------------------------------------------------------------------
-
-void VisionSegmentAttention(const float* q, const float* k, const float* v, int64_t ld, int64_t n, int64_t heads,
-                            int64_t head_dim, float* out) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t D = heads * head_dim;
-  std::vector<float> s(n * n);
-  for (int64_t h = 0; h < heads; ++h) {
-    const int64_t o = h * head_dim;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(n),
-                static_cast<int>(head_dim), scale, q + o, static_cast<int>(ld), k + o, static_cast<int>(ld), 0.0f,
-                s.data(), static_cast<int>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = s.data() + i * n;
-      const float mx = *std::max_element(row, row + n);
-      double sum = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        row[j] = std::exp(row[j] - mx);
-        sum += row[j];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(head_dim),
-                static_cast<int>(n), 1.0f, s.data(), static_cast<int>(n), v + o, static_cast<int>(ld), 0.0f, out + o,
-                static_cast<int>(D));
-  }
-}
-
-void GeluErf(std::span<float> x) {
-  for (float& v : x) v = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
-}
 
 // ---- tower -----------------------------------------------------------------------------------
 
@@ -146,7 +79,7 @@ Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<co
   if (trace) trace->patch_embed = x;
 
   std::vector<float> cos, sin;
-  VisionRopeTables(pos, hd, c.rope_theta, &cos, &sin);
+  ops::VisionRopeTables(pos, hd, c.rope_theta, &cos, &sin);
 
   std::vector<float> xn(N * D), qkv, q(N * D), k(N * D), v(N * D), attn(N * D), proj, g, u, a(N * I), down;
   for (size_t bi = 0; bi < w.blocks.size(); ++bi) {
@@ -160,17 +93,9 @@ Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<co
     }
     ops::RmsNorm(q.data(), N * H, hd, B.q_norm, c.rms_norm_eps, q.data(), f32);
     ops::RmsNorm(k.data(), N * H, hd, B.k_norm, c.rms_norm_eps, k.data(), f32);
-    for (int64_t r = 0; r < N; ++r) {
-      for (int64_t h = 0; h < H; ++h) {
-        RotateHead(&q[r * D + h * hd], &cos[r * hd], &sin[r * hd], hd);
-        RotateHead(&k[r * D + h * hd], &cos[r * hd], &sin[r * hd], hd);
-      }
-    }
-    int64_t start = 0;
-    for (int64_t len : seg_len) {
-      VisionSegmentAttention(&q[start * D], &k[start * D], &v[start * D], D, len, H, hd, &attn[start * D]);
-      start += len;
-    }
+    ops::ApplyVisionRope(q.data(), D, N, H, hd, cos, sin);
+    ops::ApplyVisionRope(k.data(), D, N, H, hd, cos, sin);
+    ops::VisionAttention(q.data(), k.data(), v.data(), D, seg_len, H, hd, attn.data());
     LinearBias(attn.data(), N, B.proj, B.proj_bias, &proj);
     for (int64_t i = 0; i < N * D; ++i) x[i] += proj[i];
 
@@ -196,7 +121,7 @@ Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<co
   std::vector<float> mp(M * O), mn(M * O), mg(M * PI), mu(M * PI), ma(M * PI);
   ops::LinearF32(ds.data(), M, w.merger_proj, mp.data());
   ops::LayerNorm(mp.data(), M, O, w.merger_norm_w, w.merger_norm_b, 1e-5f, mn.data(), f32);
-  GeluErf(mn);
+  ops::GeluErf(mn);
   ops::LinearF32(mn.data(), M, w.merger_gate, mg.data());
   ops::LinearF32(mn.data(), M, w.merger_up, mu.data());
   ops::SwiGlu(mg.data(), PI, mu.data(), PI, M, PI, c.swiglu_limit, ma.data(), f32);

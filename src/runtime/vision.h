@@ -1,5 +1,5 @@
 // The glm5_next vision tower on the CPU (docs/model-glm5-next.md §7, docs/engine.md "Vision
-// tower"), fp32 throughout: it matches transformers 5.17 run in fp32 with TF32 off.
+// tower"), fp32 throughout (its ops: ops/vision.h): it matches transformers 5.17 run in fp32 with TF32 off.
 //
 // Input: `pixel_values` [N, C·T·P·P] as the reference processor emits it (patches of every image
 // concatenated, each image's patches in block-major order over spatial_merge_size² blocks) and
@@ -24,20 +24,6 @@ struct ImageGrid {
 // row-major inside a block, the whole list repeated for each of the t temporal slices.
 // REQUIRES: h and w are multiples of `merge`.
 std::vector<std::pair<int32_t, int32_t>> VisionPatchPositions(const ImageGrid& g, int64_t merge);
-
-// Axial RoPE tables for `pos`: cos/sin [pos.size(), head_dim], the angle of channel j being
-// coord·inv_freq[j mod (head_dim/4)] with coord = h for the quarters 0 and 2 and w for 1 and 3,
-// inv_freq[i] = theta^(−4i/head_dim). REQUIRES: head_dim % 4 == 0.
-void VisionRopeTables(std::span<const std::pair<int32_t, int32_t>> pos, int64_t head_dim, float theta,
-                      std::vector<float>* cos, std::vector<float>* sin);
-
-// Non-causal multi-head attention over one segment of `n` rows: q, k, v [n, H·hd] with row stride
-// `ld`, out [n, H·hd] (contiguous), scale hd^-1/2. fp32, softmax with max subtraction.
-void VisionSegmentAttention(const float* q, const float* k, const float* v, int64_t ld, int64_t n, int64_t heads,
-                            int64_t head_dim, float* out);
-
-// Exact (erf) GELU, in place.
-void GeluErf(std::span<float> x);
 
 // Optional intermediates of VisionForward (all [rows, width] row-major, fp32).
 struct VisionTrace {

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "model/safetensors.h"
 #include "ops/basic.h"
+#include "ops/vision.h"
 #include "runtime/model.h"
 
 namespace gyre {
@@ -62,7 +63,7 @@ TEST(VisionRope, TablesMatchHandComputedAngles) {
   // head_dim 16: quarters of 4 channels [h | w | h | w], inv_freq[i] = 10000^(-i/4) = 1, 0.1, 0.01, 0.001.
   const std::vector<std::pair<int32_t, int32_t>> pos = {{0, 3}, {2, 5}};
   std::vector<float> cos, sin;
-  VisionRopeTables(pos, 16, 10000.0f, &cos, &sin);
+  ops::VisionRopeTables(pos, 16, 10000.0f, &cos, &sin);
   ASSERT_EQ(cos.size(), 32u);
   const double inv[4] = {1.0, 0.1, 0.01, 0.001};
   for (int r = 0; r < 2; ++r) {
@@ -81,7 +82,8 @@ TEST(VisionAttention, MatchesDoubleReference) {
   const int64_t n = 7, H = 3, hd = 8, D = H * hd, ld = 3 * D;
   const auto qkv = RandomVec(n * ld, 11);
   std::vector<float> out(n * D);
-  VisionSegmentAttention(&qkv[0], &qkv[D], &qkv[2 * D], ld, n, H, hd, out.data());
+  const std::vector<int64_t> seg = {n};
+  ops::VisionAttention(&qkv[0], &qkv[D], &qkv[2 * D], ld, seg, H, hd, out.data());
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t i = 0; i < n; ++i) {
       std::vector<double> s(n);
@@ -234,7 +236,7 @@ TEST(VisionGolden, TowerMatchesTransformersFp32) {
     pos.insert(pos.end(), p.begin(), p.end());
   }
   std::vector<float> cos, sin;
-  VisionRopeTables(pos, t.config.head_dim(), t.config.rope_theta, &cos, &sin);
+  ops::VisionRopeTables(pos, t.config.head_dim(), t.config.rope_theta, &cos, &sin);
   EXPECT_LT(ops::Compare(cos, get("rope_cos")).max_abs, 1e-6);
   EXPECT_LT(ops::Compare(sin, get("rope_sin")).max_abs, 1e-6);
 }
