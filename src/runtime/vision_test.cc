@@ -185,37 +185,58 @@ TEST(VisionMerge, WritesImageRowsSkippingVideoSpans) {
 
 // ---- parity with transformers ------------------------------------------------------------------
 
-TEST(VisionGolden, TowerMatchesTransformersFp32) {
-  const std::string path = FixtureDir() + "/vision_golden.safetensors";
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << "no " << path << " yet: run tools/golden/make_vision_goldens.py on the GPU machine";
+// The golden file's tensors (a missing name fails the test and yields an empty vector).
+class Golden {
+ public:
+  static std::string Path() { return FixtureDir() + "/vision_golden.safetensors"; }
+  explicit Golden(std::unique_ptr<SafetensorsFile> f) : f_(std::move(f)) {}
+  const TensorView* Find(const std::string& name) const {
+    auto it = f_->tensors().find(name);
+    EXPECT_NE(it, f_->tensors().end()) << name;
+    return it == f_->tensors().end() ? nullptr : &it->second;
   }
-  auto gf = SafetensorsFile::Open(path);
-  ASSERT_TRUE(gf.ok()) << gf.status().ToString();
-  auto get = [&](const std::string& name) {
-    const auto& ts = (*gf)->tensors();
-    auto it = ts.find(name);
-    EXPECT_NE(it, ts.end()) << name;
-    std::vector<float> v(it->second.numel());
-    if (it->second.dtype == DType::kI32) {
-      std::vector<int32_t> iv(v.size());
-      std::memcpy(iv.data(), it->second.data, iv.size() * 4);
-      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(iv[i]);
-    } else {
-      ConvertToF32(it->second.dtype, it->second.data, v.size(), v.data());
-    }
+  std::vector<float> F32(const std::string& name) const {
+    const TensorView* t = Find(name);
+    if (!t) return {};
+    std::vector<float> v(t->numel());
+    ConvertToF32(t->dtype, t->data, v.size(), v.data());
     return v;
-  };
-  const Tower t = LoadTower();
-  const auto grid = get("grid_thw");
-  std::vector<ImageGrid> grids;
-  for (size_t i = 0; i + 2 < grid.size(); i += 3) {
-    grids.push_back({int64_t(grid[i]), int64_t(grid[i + 1]), int64_t(grid[i + 2])});
   }
+  std::vector<int32_t> I32(const std::string& name) const {
+    const TensorView* t = Find(name);
+    if (!t) return {};
+    EXPECT_EQ(t->dtype, DType::kI32) << name;
+    std::vector<int32_t> v(t->numel());
+    std::memcpy(v.data(), t->data, v.size() * sizeof(int32_t));
+    return v;
+  }
+  std::vector<ImageGrid> Grids() const {
+    const auto g = I32("grid_thw");
+    std::vector<ImageGrid> grids;
+    for (size_t i = 0; i + 2 < g.size(); i += 3) grids.push_back({g[i], g[i + 1], g[i + 2]});
+    return grids;
+  }
+
+ private:
+  std::unique_ptr<SafetensorsFile> f_;
+};
+
+#define GYRE_OPEN_GOLDEN(g)                                                                              \
+  if (!std::filesystem::exists(Golden::Path())) {                                                       \
+    GTEST_SKIP() << "no " << Golden::Path() << " yet: run tools/golden/make_vision_goldens.py on the GPU machine"; \
+  }                                                                                                     \
+  auto g##_file = SafetensorsFile::Open(Golden::Path());                                               \
+  ASSERT_TRUE(g##_file.ok()) << g##_file.status().ToString();                                          \
+  const Golden g(std::move(*g##_file))
+
+TEST(VisionGolden, TowerMatchesTransformersFp32) {
+  GYRE_OPEN_GOLDEN(golden);
+  const Tower t = LoadTower();
+  const std::vector<ImageGrid> grids = golden.Grids();
   ASSERT_EQ(grids.size(), 2u);
   std::vector<float> out;
   VisionTrace tr;
-  ASSERT_TRUE(VisionForward(t.config, t.weights, get("pixel_values"), grids, &out, &tr).ok());
+  ASSERT_TRUE(VisionForward(t.config, t.weights, golden.F32("pixel_values"), grids, &out, &tr).ok());
   constexpr double kTol = 1e-5;
   const struct {
     const char* name;
@@ -223,7 +244,7 @@ TEST(VisionGolden, TowerMatchesTransformersFp32) {
   } checks[] = {{"patch_embed", &tr.patch_embed}, {"block0", &tr.block0}, {"post_layernorm", &tr.post_layernorm},
                 {"downsample", &tr.downsample},   {"image_embeds", &out}};
   for (const auto& ch : checks) {
-    const auto ref = get(ch.name);
+    const auto ref = golden.F32(ch.name);
     ASSERT_EQ(ch.ours->size(), ref.size()) << ch.name;
     const auto d = ops::Compare(*ch.ours, ref);
     std::printf("[vision parity] %-14s rel_l2 %.3e max_abs %.3e\n", ch.name, d.rel_l2, d.max_abs);
@@ -237,55 +258,31 @@ TEST(VisionGolden, TowerMatchesTransformersFp32) {
   }
   std::vector<float> cos, sin;
   ops::VisionRopeTables(pos, t.config.head_dim(), t.config.rope_theta, &cos, &sin);
-  EXPECT_LT(ops::Compare(cos, get("rope_cos")).max_abs, 1e-6);
-  EXPECT_LT(ops::Compare(sin, get("rope_sin")).max_abs, 1e-6);
+  EXPECT_LT(ops::Compare(cos, golden.F32("rope_cos")).max_abs, 1e-6);
+  EXPECT_LT(ops::Compare(sin, golden.F32("rope_sin")).max_abs, 1e-6);
 }
 
 TEST(VisionGolden, PromptWithImagesLogitsMatchTransformersFp32) {
-  const std::string path = FixtureDir() + "/vision_golden.safetensors";
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << "no " << path << " yet: run tools/golden/make_vision_goldens.py on the GPU machine";
-  }
-  auto gf = SafetensorsFile::Open(path);
-  ASSERT_TRUE(gf.ok()) << gf.status().ToString();
-  const auto& ts = (*gf)->tensors();
-  for (const char* k : {"pixel_values", "grid_thw", "input_ids", "logits", "logits_text_only"}) {
-    ASSERT_TRUE(ts.count(k)) << k;
-  }
-  auto f32 = [&](const char* k) {
-    const TensorView& t = ts.at(k);
-    std::vector<float> v(t.numel());
-    ConvertToF32(t.dtype, t.data, v.size(), v.data());
-    return v;
-  };
-  auto i32 = [&](const char* k) {
-    const TensorView& t = ts.at(k);
-    EXPECT_EQ(t.dtype, DType::kI32) << k;
-    std::vector<int32_t> v(t.numel());
-    std::memcpy(v.data(), t.data, v.size() * sizeof(int32_t));
-    return v;
-  };
+  GYRE_OPEN_GOLDEN(golden);
   Tower t = LoadTower();
   // The golden's placeholder id (the fixture's 154854 is outside the tiny vocabulary; see
   // vision_golden.json "ids").
   t.config.image_token_id = 1010;
-  const auto grid = i32("grid_thw");
-  std::vector<ImageGrid> grids;
-  for (size_t i = 0; i + 2 < grid.size(); i += 3) grids.push_back({grid[i], grid[i + 1], grid[i + 2]});
+  const std::vector<ImageGrid> grids = golden.Grids();
   std::vector<float> image;
-  ASSERT_TRUE(VisionForward(t.config, t.weights, f32("pixel_values"), grids, &image).ok());
+  ASSERT_TRUE(VisionForward(t.config, t.weights, golden.F32("pixel_values"), grids, &image).ok());
 
   auto model = Model::Load(FixtureDir());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const Model& m = **model;
   const int64_t D = m.config().hidden_size, V = m.config().vocab_size;
-  const auto ids = i32("input_ids");
+  const auto ids = golden.I32("input_ids");
   const int64_t T = static_cast<int64_t>(ids.size());
   std::vector<float> embeds(T * D);
   ops::Embedding(ids, m.weights().embed, embeds.data());
   ASSERT_TRUE(MergeImageEmbeddings(ids, t.config, image, D, embeds).ok());
 
-  const auto ref = f32("logits"), ref_text = f32("logits_text_only");
+  const auto ref = golden.F32("logits"), ref_text = golden.F32("logits_text_only");
   ASSERT_EQ(ref.size(), size_t(T * V));
   std::vector<float> logits;
   SequenceState st = m.NewSequence();
