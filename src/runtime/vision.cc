@@ -44,17 +44,79 @@ void LinearBias(const float* x, int64_t n, const Matrix& w, std::span<const floa
   AddBias(y->data(), n, bias);
 }
 
+// Per-block scratch, named from the math ([N, width] row-major).
+struct BlockScratch {
+  std::vector<float> normed;           // RMSNorm1 / RMSNorm2 output [N, D]
+  std::vector<float> qkv;              // [N, 3D]
+  std::vector<float> q, k, v;          // [N, D] = [N, H, hd]
+  std::vector<float> attn, attn_proj;  // [N, D]
+  std::vector<float> gate, up, act;    // [N, I]
+  std::vector<float> mlp_out;          // [N, D]
+};
+
+// One pre-norm block over x [N, D] in place (§7.3). `segments`: the attention segments.
+void RunBlock(const VisionConfig& c, const VisionBlockWeights& b, std::span<const float> cos,
+              std::span<const float> sin, std::span<const int64_t> segments, std::vector<float>& x,
+              BlockScratch& s) {
+  const int64_t D = c.hidden_size, H = c.num_heads, hd = c.head_dim(), I = c.intermediate_size;
+  const int64_t N = static_cast<int64_t>(x.size()) / D;
+  const Numerics f32;
+  s.normed.resize(N * D);
+  ops::RmsNorm(x.data(), N, D, b.norm1, c.rms_norm_eps, s.normed.data(), f32);
+  LinearBias(s.normed.data(), N, b.qkv, b.qkv_bias, &s.qkv);
+  s.q.resize(N * D);
+  s.k.resize(N * D);
+  s.v.resize(N * D);
+  for (int64_t r = 0; r < N; ++r) {  // qkv row layout [q | k | v], heads contiguous in each
+    std::copy_n(&s.qkv[r * 3 * D], D, &s.q[r * D]);
+    std::copy_n(&s.qkv[r * 3 * D + D], D, &s.k[r * D]);
+    std::copy_n(&s.qkv[r * 3 * D + 2 * D], D, &s.v[r * D]);
+  }
+  ops::RmsNorm(s.q.data(), N * H, hd, b.q_norm, c.rms_norm_eps, s.q.data(), f32);
+  ops::RmsNorm(s.k.data(), N * H, hd, b.k_norm, c.rms_norm_eps, s.k.data(), f32);
+  ops::ApplyVisionRope(s.q.data(), D, N, H, hd, cos, sin);
+  ops::ApplyVisionRope(s.k.data(), D, N, H, hd, cos, sin);
+  s.attn.resize(N * D);
+  ops::VisionAttention(s.q.data(), s.k.data(), s.v.data(), D, segments, H, hd, s.attn.data());
+  LinearBias(s.attn.data(), N, b.proj, b.proj_bias, &s.attn_proj);
+  for (int64_t i = 0; i < N * D; ++i) x[i] += s.attn_proj[i];
+
+  ops::RmsNorm(x.data(), N, D, b.norm2, c.rms_norm_eps, s.normed.data(), f32);
+  LinearBias(s.normed.data(), N, b.gate, b.gate_bias, &s.gate);
+  LinearBias(s.normed.data(), N, b.up, b.up_bias, &s.up);
+  s.act.resize(N * I);
+  ops::SwiGlu(s.gate.data(), I, s.up.data(), I, N, I, c.swiglu_limit, s.act.data(), f32);
+  LinearBias(s.act.data(), N, b.down, b.down_bias, &s.mlp_out);
+  for (int64_t i = 0; i < N * D; ++i) x[i] += s.mlp_out[i];
+}
+
+// Merger over the downsampled rows ds [M, O] (§7.4): proj → LayerNorm → GELU(erf) → clamped
+// SwiGLU. Writes out [M, O].
+void RunMerger(const VisionConfig& c, const VisionWeights& w, std::span<const float> ds, std::vector<float>* out) {
+  const int64_t O = c.out_hidden_size, PI = c.projection_intermediate_size;
+  const int64_t M = static_cast<int64_t>(ds.size()) / O;
+  const Numerics f32;
+  std::vector<float> proj(M * O), normed(M * O), gate(M * PI), up(M * PI), act(M * PI);
+  ops::LinearF32(ds.data(), M, w.merger_proj, proj.data());
+  ops::LayerNorm(proj.data(), M, O, w.merger_norm_w, w.merger_norm_b, 1e-5f, normed.data(), f32);
+  ops::GeluErf(normed);
+  ops::LinearF32(normed.data(), M, w.merger_gate, gate.data());
+  ops::LinearF32(normed.data(), M, w.merger_up, up.data());
+  ops::SwiGlu(gate.data(), PI, up.data(), PI, M, PI, c.swiglu_limit, act.data(), f32);
+  out->resize(M * O);
+  ops::LinearF32(act.data(), M, w.merger_down, out->data());
+}
+
 }  // namespace
 
 // ---- tower -----------------------------------------------------------------------------------
 
 Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<const float> pixel_values,
                      std::span<const ImageGrid> grids, std::vector<float>* image_embeds, VisionTrace* trace) {
-  const int64_t m = c.spatial_merge_size, D = c.hidden_size, H = c.num_heads, hd = c.head_dim(),
-                I = c.intermediate_size, O = c.out_hidden_size, PI = c.projection_intermediate_size;
+  const int64_t m = c.spatial_merge_size, D = c.hidden_size;
   if (grids.empty()) return Status::InvalidArgument("vision: no images");
   std::vector<std::pair<int32_t, int32_t>> pos;
-  std::vector<int64_t> seg_len;  // one attention segment per temporal slice of every image
+  std::vector<int64_t> segments;  // one attention segment per temporal slice of every image
   for (const ImageGrid& g : grids) {
     if (g.t <= 0 || g.h <= 0 || g.w <= 0 || g.h % m != 0 || g.w % m != 0) {
       return Status::InvalidArgument("vision: grid [" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
@@ -63,7 +125,7 @@ Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<co
     }
     auto p = VisionPatchPositions(g, m);
     pos.insert(pos.end(), p.begin(), p.end());
-    for (int64_t t = 0; t < g.t; ++t) seg_len.push_back(g.h * g.w);
+    for (int64_t t = 0; t < g.t; ++t) segments.push_back(g.h * g.w);
   }
   const int64_t N = static_cast<int64_t>(pos.size());
   if (static_cast<int64_t>(pixel_values.size()) != N * c.patch_elems()) {
@@ -71,7 +133,6 @@ Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<co
                                    " values, the grids need " + std::to_string(N) + " × " +
                                    std::to_string(c.patch_elems()));
   }
-  const Numerics f32;
 
   // Patch embedding: the Conv3d with kernel = stride is a GEMM over the flattened patch rows.
   std::vector<float> x;
@@ -79,54 +140,20 @@ Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<co
   if (trace) trace->patch_embed = x;
 
   std::vector<float> cos, sin;
-  ops::VisionRopeTables(pos, hd, c.rope_theta, &cos, &sin);
-
-  std::vector<float> xn(N * D), qkv, q(N * D), k(N * D), v(N * D), attn(N * D), proj, g, u, a(N * I), down;
-  for (size_t bi = 0; bi < w.blocks.size(); ++bi) {
-    const VisionBlockWeights& B = w.blocks[bi];
-    ops::RmsNorm(x.data(), N, D, B.norm1, c.rms_norm_eps, xn.data(), f32);
-    LinearBias(xn.data(), N, B.qkv, B.qkv_bias, &qkv);
-    for (int64_t r = 0; r < N; ++r) {
-      std::copy_n(&qkv[r * 3 * D], D, &q[r * D]);
-      std::copy_n(&qkv[r * 3 * D + D], D, &k[r * D]);
-      std::copy_n(&qkv[r * 3 * D + 2 * D], D, &v[r * D]);
-    }
-    ops::RmsNorm(q.data(), N * H, hd, B.q_norm, c.rms_norm_eps, q.data(), f32);
-    ops::RmsNorm(k.data(), N * H, hd, B.k_norm, c.rms_norm_eps, k.data(), f32);
-    ops::ApplyVisionRope(q.data(), D, N, H, hd, cos, sin);
-    ops::ApplyVisionRope(k.data(), D, N, H, hd, cos, sin);
-    ops::VisionAttention(q.data(), k.data(), v.data(), D, seg_len, H, hd, attn.data());
-    LinearBias(attn.data(), N, B.proj, B.proj_bias, &proj);
-    for (int64_t i = 0; i < N * D; ++i) x[i] += proj[i];
-
-    ops::RmsNorm(x.data(), N, D, B.norm2, c.rms_norm_eps, xn.data(), f32);
-    LinearBias(xn.data(), N, B.gate, B.gate_bias, &g);
-    LinearBias(xn.data(), N, B.up, B.up_bias, &u);
-    ops::SwiGlu(g.data(), I, u.data(), I, N, I, c.swiglu_limit, a.data(), f32);
-    LinearBias(a.data(), N, B.down, B.down_bias, &down);
-    for (int64_t i = 0; i < N * D; ++i) x[i] += down[i];
-    if (trace && bi == 0) trace->block0 = x;
+  ops::VisionRopeTables(pos, c.head_dim(), c.rope_theta, &cos, &sin);
+  BlockScratch scratch;
+  for (size_t i = 0; i < w.blocks.size(); ++i) {
+    RunBlock(c, w.blocks[i], cos, sin, segments, x, scratch);
+    if (trace && i == 0) trace->block0 = x;
   }
-
-  ops::RmsNorm(x.data(), N, D, w.post_norm, c.rms_norm_eps, x.data(), f32);
+  ops::RmsNorm(x.data(), N, D, w.post_norm, c.rms_norm_eps, x.data(), Numerics{});
   if (trace) trace->post_layernorm = x;
 
   // Downsample: each merge block's m² rows are contiguous, so the Conv2d is a GEMM on [N/m², m²·D].
-  const int64_t M = N / (m * m);
   std::vector<float> ds;
-  LinearBias(x.data(), M, w.downsample, w.downsample_bias, &ds);
+  LinearBias(x.data(), N / (m * m), w.downsample, w.downsample_bias, &ds);
   if (trace) trace->downsample = ds;
-
-  // Merger: proj → LayerNorm → GELU(erf) → clamped SwiGLU.
-  std::vector<float> mp(M * O), mn(M * O), mg(M * PI), mu(M * PI), ma(M * PI);
-  ops::LinearF32(ds.data(), M, w.merger_proj, mp.data());
-  ops::LayerNorm(mp.data(), M, O, w.merger_norm_w, w.merger_norm_b, 1e-5f, mn.data(), f32);
-  ops::GeluErf(mn);
-  ops::LinearF32(mn.data(), M, w.merger_gate, mg.data());
-  ops::LinearF32(mn.data(), M, w.merger_up, mu.data());
-  ops::SwiGlu(mg.data(), PI, mu.data(), PI, M, PI, c.swiglu_limit, ma.data(), f32);
-  image_embeds->resize(M * O);
-  ops::LinearF32(ma.data(), M, w.merger_down, image_embeds->data());
+  RunMerger(c, w, ds, image_embeds);
   return Status();
 }
 
