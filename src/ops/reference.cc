@@ -361,4 +361,52 @@ Vec Penalties(const std::vector<float>& logits, const PenaltyRow& row) {
   return y;
 }
 
+Vec VisionRope(const std::vector<float>& x, int64_t n, int64_t heads, int64_t hd,
+               const std::vector<std::pair<int32_t, int32_t>>& pos, double theta) {
+  Vec y(x.size());
+  const int64_t quarter = hd / 4, half = hd / 2;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* xh = &x[(r * heads + h) * hd];
+      for (int64_t j = 0; j < hd; ++j) {
+        const double coord = (j / quarter) % 2 == 0 ? pos[r].first : pos[r].second;
+        const double angle = coord * std::pow(theta, -2.0 * double(j % quarter) / double(half));
+        const double partner = j < half ? -double(xh[j + half]) : double(xh[j - half]);
+        y[(r * heads + h) * hd + j] = xh[j] * std::cos(angle) + partner * std::sin(angle);
+      }
+    }
+  }
+  return y;
+}
+
+Vec VisionAttention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int64_t n,
+                    int64_t heads, int64_t hd, const std::vector<int64_t>& segments) {
+  const int64_t D = heads * hd;
+  Vec out(n * D, 0.0);
+  int64_t start = 0;
+  for (int64_t len : segments) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = start; i < start + len; ++i) {
+        std::vector<double> p(len);
+        double mx = -1e300;
+        for (int64_t j = 0; j < len; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < hd; ++e) dot += double(q[i * D + h * hd + e]) * k[(start + j) * D + h * hd + e];
+          p[j] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0;
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        for (int64_t e = 0; e < hd; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j < len; ++j) o += p[j] * v[(start + j) * D + h * hd + e];
+          out[i * D + h * hd + e] = o / sum;
+        }
+      }
+    }
+    start += len;
+  }
+  return out;
+}
+
 }  // namespace gyre::ops::ref

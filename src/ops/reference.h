@@ -53,6 +53,18 @@ Vec MoeExperts(const std::vector<float>& x, int64_t n, const std::vector<int32_t
                int64_t k, const std::vector<float>& gate_up, const std::vector<float>& down, int64_t e, int64_t d,
                int64_t inter, double limit);
 
+// Vision axial RoPE (docs/model-glm5-next.md §7.2): x [n, heads, hd], pos[r] = (h, w); channel j of
+// a head turns by angle coord·theta^(−2(j mod hd/4)/(hd/2)), coord = h in the quarters 0 and 2, w in 1
+// and 3, pairing j with j ± hd/2 (x'_j = x_j·cos − x_{j+hd/2}·sin for j < hd/2, x_j·cos + x_{j−hd/2}·sin
+// otherwise). Returns [n, heads, hd].
+Vec VisionRope(const std::vector<float>& x, int64_t n, int64_t heads, int64_t hd,
+               const std::vector<std::pair<int32_t, int32_t>>& pos, double theta);
+
+// Non-causal attention within segments (lengths summing to n): q, k, v [n, heads·hd]; row i attends
+// to every row of its segment with softmax(q·k / sqrt(hd)). Returns [n, heads·hd].
+Vec VisionAttention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int64_t n,
+                    int64_t heads, int64_t hd, const std::vector<int64_t>& segments);
+
 }  // namespace gyre::ops::ref
 
 namespace gyre::ops::ref {
@@ -74,5 +86,17 @@ struct PenaltyRow {
   double presence = 0, frequency = 0, repetition = 1;
 };
 Vec Penalties(const std::vector<float>& logits, const PenaltyRow& row);
+
+// Vision axial RoPE (docs/model-glm5-next.md §7.2): x [n, heads, hd], pos[r] = (h, w); channel j of
+// a head turns by angle coord·theta^(−2(j mod hd/4)/(hd/2)), coord = h in the quarters 0 and 2, w in 1
+// and 3, pairing j with j ± hd/2 (x'_j = x_j·cos − x_{j+hd/2}·sin for j < hd/2, x_j·cos + x_{j−hd/2}·sin
+// otherwise). Returns [n, heads, hd].
+Vec VisionRope(const std::vector<float>& x, int64_t n, int64_t heads, int64_t hd,
+               const std::vector<std::pair<int32_t, int32_t>>& pos, double theta);
+
+// Non-causal attention within segments (lengths summing to n): q, k, v [n, heads·hd]; row i attends
+// to every row of its segment with softmax(q·k / sqrt(hd)). Returns [n, heads·hd].
+Vec VisionAttention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int64_t n,
+                    int64_t heads, int64_t hd, const std::vector<int64_t>& segments);
 
 }  // namespace gyre::ops::ref

@@ -16,6 +16,7 @@
 #include "ops/penalties.h"
 #include "ops/reference.h"
 #include "ops/registry_quant.h"
+#include "ops/vision.h"
 #ifdef GYRE_CUDA
 #include "ops/cuda/elementwise_host.h"
 #include "ops/cuda/mla_host.h"
@@ -798,6 +799,69 @@ struct PenaltiesOp : NoNote {
   }
 };
 
+struct VisionRopeOp : NoNote {
+  struct Inputs {
+    std::vector<float> x;
+    std::vector<std::pair<int32_t, int32_t>> pos;
+    int64_t n, heads, hd;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t n = d.at("N"), heads = d.at("H"), hd = d.at("HD");
+    Inputs in{r.Normal(n * heads * hd), {}, n, heads, hd};
+    std::uniform_int_distribution<int32_t> coord(0, 63);
+    for (int64_t i = 0; i < n; ++i) in.pos.emplace_back(coord(r.g), coord(r.g));
+    return in;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    std::vector<float> cos, sin;
+    VisionRopeTables(in.pos, in.hd, 10000.0f, &cos, &sin);
+    *out = in.x;
+    ApplyVisionRope(out->data(), in.heads * in.hd, in.n, in.heads, in.hd, cos, sin);
+  }
+  static ref::Vec Ref(const Inputs& in) { return ref::VisionRope(in.x, in.n, in.heads, in.hd, in.pos, 10000.0); }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    const double e = double(d.at("N")) * d.at("H") * d.at("HD");
+    return {3 * e, 4 * (2 * e + 2.0 * d.at("N") * d.at("HD"))};
+  }
+};
+
+struct VisionAttentionOp : NoNote {
+  struct Inputs {
+    std::vector<float> q, k, v;
+    std::vector<int64_t> segments;
+    int64_t n, heads, hd;
+  };
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
+    Rng r(seed);
+    const int64_t n = d.at("N"), heads = d.at("H"), hd = d.at("HD"), segs = d.at("SEGS");
+    Inputs in{r.Normal(n * heads * hd), r.Normal(n * heads * hd), r.Normal(n * heads * hd), {}, n, heads, hd};
+    // Unequal segment lengths (the last takes the rest), each >= 1.
+    int64_t left = n;
+    for (int64_t s = 0; s + 1 < segs; ++s) {
+      std::uniform_int_distribution<int64_t> len(1, std::max<int64_t>(1, left - (segs - s - 1)));
+      const int64_t l = std::min(len(r.g), left - (segs - s - 1));
+      in.segments.push_back(l);
+      left -= l;
+    }
+    in.segments.push_back(left);
+    return in;
+  }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.heads * in.hd, kNaN);
+    VisionAttention(in.q.data(), in.k.data(), in.v.data(), in.heads * in.hd, in.segments, in.heads, in.hd,
+                    out->data());
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    return ref::VisionAttention(in.q, in.k, in.v, in.n, in.heads, in.hd, in.segments);
+  }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) {
+    // Upper bound: one segment of N rows.
+    const double n = d.at("N"), e = double(d.at("H")) * d.at("HD");
+    return {4 * n * n * e, 4 * 4 * n * e};
+  }
+};
+
 // ---- specs ---------------------------------------------------------------------------------------
 
 std::vector<OpSpec> BuildRegistry() {
@@ -858,6 +922,17 @@ std::vector<OpSpec> BuildRegistry() {
                                       S({{"T", 70}, {"E", 8}, {"K", 2}, {"D", 70}, {"I", 40}})}));
   r.push_back(MakeSpec<PenaltiesOp>("sample.penalties", "fp32-reassociation", 1e-6,
                                     {S({{"R", 1}, {"V", 1}}), S({{"R", 3}, {"V", 97}}), S({{"R", 8}, {"V", 4099}})}));
+  // Vision tower (ops/vision.h); CPU only until the CUDA tower lands (issue 17).
+  for (OpSpec vs : {MakeSpec<VisionRopeOp>("vision.rope", "fp32-reassociation", 1e-5,
+                                           {S({{"N", 1}, {"H", 1}, {"HD", 8}}), S({{"N", 37}, {"H", 3}, {"HD", 16}}),
+                                            S({{"N", 128}, {"H", 16}, {"HD", 64}})}),
+                    MakeSpec<VisionAttentionOp>("vision.attention", "fp32-reassociation", 1e-5,
+                                                {S({{"N", 1}, {"SEGS", 1}, {"H", 1}, {"HD", 8}}),
+                                                 S({{"N", 40}, {"SEGS", 3}, {"H", 2}, {"HD", 16}}),
+                                                 S({{"N", 200}, {"SEGS", 2}, {"H", 4}, {"HD", 64}})})}) {
+    vs.backends = {Backend::kCpu};
+    r.push_back(std::move(vs));
+  }
   // W8A8 quantizers and GEMMs (ops/registry_quant.cc).
   for (OpSpec& q : QuantOpSpecs()) r.push_back(std::move(q));
   return r;

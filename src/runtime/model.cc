@@ -73,6 +73,12 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
       ids.push_back(id);
     }
     st.offsets.push_back(static_cast<int64_t>(ids.size()));
+    const size_t n_in = batch[b].input_embeds.size();
+    if (n_in != 0 && n_in != batch[b].ids.size() * static_cast<size_t>(D)) {
+      return Status::InvalidArgument("sequence " + std::to_string(b) + ": input_embeds has " + std::to_string(n_in) +
+                                     " values, expected ids × hidden_size = " +
+                                     std::to_string(batch[b].ids.size() * D));
+    }
   }
   // Pages for the new tokens first, so a failure leaves every sequence untouched.
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -86,6 +92,10 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
 
   std::vector<float> e(N * D);
   ops::Embedding(ids, weights_.embed, e.data());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const auto& in = batch[b].input_embeds;
+    if (!in.empty()) std::copy(in.begin(), in.end(), e.begin() + st.offsets[b] * D);
+  }
   st.Capture("embed_tokens", e, {N, D});
 
   const bool hc = c.hc_mult > 0;

@@ -43,6 +43,10 @@ struct SeqInput {
   // every new token before the final norm (glm5: the mean over the hyper-connection streams; kimi:
   // the last layer's output): the MTP layer's input (MtpForward).
   std::vector<float>* hidden = nullptr;
+  // Optional [ids.size(), D]: the input embeddings of the new tokens, used instead of the
+  // embedding-table rows of `ids` (a multimodal prompt: the table rows with image embeddings
+  // merged in, runtime/vision.h MergeImageEmbeddings). `ids` are still checked and recorded.
+  std::span<const float> input_embeds;
 };
 
 class Model {
