@@ -39,15 +39,15 @@ struct SeqInput {
   SequenceState* state = nullptr;
   std::span<const int32_t> ids;  // new tokens (>= 1)
   bool all_logits = false;       // logits for every new token, else only the last
+  // May be null. When set, resized to [ids.size(), D] and filled with the final hidden state of
+  // every new token before the final norm (glm5: the mean over the hyper-connection streams; kimi:
+  // the last layer's output): the MTP layer's input (MtpForward).
+  std::vector<float>* hidden = nullptr;
   // Speculative (ReplaySSM): the KDA layers leave the state's conv tails and recurrent states as
   // they are and keep the tokens' KDA inputs in state->replay (every KDA layer runs the recurrent
   // form, so the outputs are those of decoding the tokens one by one); the attention rows are
   // written as usual. SequenceState::CommitReplay settles the state afterwards.
   bool speculative = false;
-  // May be null. When set, resized to [ids.size(), D] and filled with the final hidden state of
-  // every new token before the final norm (glm5: the mean over the hyper-connection streams; kimi:
-  // the last layer's output): the MTP layer's input (MtpForward).
-  std::vector<float>* hidden = nullptr;
 };
 
 class Model {
