@@ -410,6 +410,7 @@ class EngineImpl final : public Engine {
     // The next piece of a running request: its unscheduled known tokens (prefill, recompute, or
     // the token collected last), or one decode token whose id is the sample still in flight.
     // Returns false when it has nothing to run now (its last allowed sample is in flight).
+    bool admitting = false;  // (admission sizes the first piece itself: never a verify piece there)
     auto next_piece = [&](Request* r, StepPiece* p) {
       const int64_t known = static_cast<int64_t>(r->tokens.size());
       const bool prev = r->num_scheduled >= known;
@@ -434,7 +435,7 @@ class EngineImpl final : public Engine {
       p->sample.stop_ids = r->min_stop_ids;
       p->num_prompt = r->num_prompt;
       // A decode position of a speculating request: verify n-gram drafts after its known token.
-      if (r->spec && !prev && n == 1 && known == r->num_scheduled + 1 && r->num_generated() >= 1) {
+      if (r->spec && !admitting && !prev && n == 1 && known == r->num_scheduled + 1 && r->num_generated() >= 1) {
         const SpeculativeOptions& so = opts_.speculative;
         const int64_t k = std::min({so.num_speculative_tokens, r->params.max_tokens - r->num_generated() - 1, budget - 1});
         std::vector<int32_t> drafts;
@@ -502,7 +503,9 @@ class EngineImpl final : public Engine {
       }
       if (cache_) cache_->CountLookup(known, hit.tokens);
       StepPiece p;
+      admitting = true;
       next_piece(r, &p);  // a fresh request always has a piece (max_tokens >= 1)
+      admitting = false;
       // The runner forgot the restored slot's token counts: the piece brings them.
       if (hit.tokens > 0 && ops::HasPenalties(r->params.sampling))
         p.history = std::span<const int32_t>(r->tokens).first(static_cast<size_t>(hit.tokens));
