@@ -80,6 +80,7 @@ struct ServeArgs {
   bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
   std::string prefix_cache_checkpoint_bytes = "auto";
   int64_t prefix_cache_checkpoint_interval = EngineOptions{}.prefix_cache_checkpoint_interval_blocks;
+  std::string speculative_config;  // vLLM's JSON (ngram only)
   bool disable_log_requests = false;
   std::string log_level = "info", log_format = "text";
   // HTTP hardening knobs (serve::ServerOptions / HttpServerOptions).
@@ -303,6 +304,14 @@ int RunServe(ServeArgs a) {
   eo.enable_prefix_caching = a.enable_prefix_caching;
   eo.prefix_cache_checkpoint_interval_blocks = a.prefix_cache_checkpoint_interval;
   eo.prefix_cache_checkpoint_bytes = checkpoint_bytes;
+  if (!a.speculative_config.empty()) {
+    Result<SpeculativeOptions> so = ParseSpeculativeConfig(a.speculative_config);
+    if (!so.ok()) {
+      std::fprintf(stderr, "gyre serve: %s\n", so.status().message().c_str());
+      return 2;
+    }
+    eo.speculative = *so;
+  }
   Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
   DisaggPair disagg;                    // --role local-pair (outlives the engine)
@@ -542,6 +551,9 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "only at the end")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  s->add_option("--speculative-config", args->speculative_config,
+                "vLLM's flag: speculative decoding as JSON, e.g. {\"method\":\"ngram\",\"num_speculative_tokens\":3,"
+                "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}; greedy requests only, cpu backend only");
   s->add_flag("--disable-log-requests", args->disable_log_requests,
               "vLLM's flag: no access log (one line per request on stderr)");
   s->add_option("--log-level", args->log_level,

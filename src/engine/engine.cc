@@ -14,6 +14,9 @@
 #include <thread>
 
 #include "core/trace.h"
+#include <nlohmann/json.hpp>
+
+#include "engine/ngram_draft.h"
 #include "engine/prefix_cache.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/memory_pools.h"
@@ -64,6 +67,10 @@ struct Request {
   CheckpointId pending_ckpt = -1, decode_ckpt = -1;
   int64_t pending_block = -1, decode_block = -1;
   bool lost = false;
+  // Speculative decoding: whether this request verifies drafts (greedy, no logit processing), and
+  // the ids of its verify piece in flight: its next known token, then the drafts.
+  bool spec = false;
+  std::vector<int32_t> spec_ids;
   // Phase boundaries for Usage (steady clock): Submit, first admission, first and last token.
   // Zero until reached; a preempted request keeps its first admission.
   std::chrono::steady_clock::time_point submitted, first_scheduled, first_token, last_token;
@@ -151,6 +158,11 @@ class EngineImpl final : public Engine {
       if (!r->params.ignore_eos)
         for (int32_t id : c.eos_token_ids)
           if (id >= 0 && id < c.vocab_size) r->min_stop_ids.push_back(id);
+    }
+    {
+      const RequestParams& q = r->params;
+      r->spec = !opts_.speculative.method.empty() && q.sampling.temperature <= 0 && !ops::HasPenalties(q.sampling) &&
+                q.sampling.min_tokens == 0 && q.logit_bias.empty() && !q.constraint && q.top_logprobs == 0;
     }
     r->submitted = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(mu_);
@@ -398,6 +410,7 @@ class EngineImpl final : public Engine {
     // The next piece of a running request: its unscheduled known tokens (prefill, recompute, or
     // the token collected last), or one decode token whose id is the sample still in flight.
     // Returns false when it has nothing to run now (its last allowed sample is in flight).
+    bool admitting = false;  // (admission sizes the first piece itself: never a verify piece there)
     auto next_piece = [&](Request* r, StepPiece* p) {
       const int64_t known = static_cast<int64_t>(r->tokens.size());
       const bool prev = r->num_scheduled >= known;
@@ -407,6 +420,9 @@ class EngineImpl final : public Engine {
       if (samples && r->num_generated() + r->pending >= r->params.max_tokens) return false;
       // A constrained request's mask depends on its previous token: never launched ahead of it.
       if (r->params.constraint && r->pending > 0) return false;
+      // So is a speculating request: its drafts need its previous token, and a verify piece must
+      // be committed (at collection) before the slot's next piece.
+      if (r->spec && r->pending > 0) return false;
       p->slot = r->slot;
       p->start = r->num_scheduled;
       p->ids = prev ? std::span<const int32_t>(&kPrevTokenId, 1)
@@ -418,6 +434,18 @@ class EngineImpl final : public Engine {
       p->sample.logit_bias = r->params.logit_bias;
       p->sample.stop_ids = r->min_stop_ids;
       p->num_prompt = r->num_prompt;
+      // A decode position of a speculating request: verify n-gram drafts after its known token.
+      if (r->spec && !admitting && !prev && n == 1 && known == r->num_scheduled + 1 && r->num_generated() >= 1) {
+        const SpeculativeOptions& so = opts_.speculative;
+        const int64_t k = std::min({so.num_speculative_tokens, r->params.max_tokens - r->num_generated() - 1, budget - 1});
+        std::vector<int32_t> drafts;
+        if (NgramDraft(r->tokens, so.prompt_lookup_min, so.prompt_lookup_max, k, &drafts)) {
+          r->spec_ids.assign(1, r->tokens.back());
+          r->spec_ids.insert(r->spec_ids.end(), drafts.begin(), drafts.end());
+          p->ids = r->spec_ids;
+          p->speculative = true;
+        }
+      }
       return true;
     };
     // 1. Running requests, oldest first. A request that cannot get a page preempts the newest
@@ -475,7 +503,9 @@ class EngineImpl final : public Engine {
       }
       if (cache_) cache_->CountLookup(known, hit.tokens);
       StepPiece p;
+      admitting = true;
       next_piece(r, &p);  // a fresh request always has a piece (max_tokens >= 1)
+      admitting = false;
       // The runner forgot the restored slot's token counts: the piece brings them.
       if (hit.tokens > 0 && ops::HasPenalties(r->params.sampling))
         p.history = std::span<const int32_t>(r->tokens).first(static_cast<size_t>(hit.tokens));
@@ -515,11 +545,13 @@ class EngineImpl final : public Engine {
       const int64_t n = static_cast<int64_t>(pieces[i].ids.size());
       prefill_tokens_computed_ += std::max<int64_t>(0, std::min(r->num_scheduled + n, r->num_prefill) - r->num_scheduled);
       r->num_scheduled += n;
-      if (cache_ && saved.ok()) saved = AfterLaunch(*r);
+      // (a verify piece settles its cache after the commit, when its length is known)
+      if (cache_ && saved.ok() && !pieces[i].speculative) saved = AfterLaunch(*r);
       if (pieces[i].sample.enabled) ++r->pending;
       f.ids.push_back(r->id);
       f.epochs.push_back(r->epoch);
       f.samples.push_back(pieces[i].sample.enabled);
+      f.drafts.push_back(pieces[i].speculative ? static_cast<int32_t>(n - 1) : 0);
     }
     inflight_.push_back(std::move(f));
     if (!saved.ok()) FailRunning(sched, saved);
@@ -537,6 +569,40 @@ class EngineImpl final : public Engine {
       } else {
         ++it;
       }
+    }
+  }
+
+  // Emits one collected token of `r`: structured output, the sink, stop conditions.
+  void EmitToken(Request& r, int32_t id, float logprob, const std::vector<std::pair<int32_t, float>>& top) {
+    const std::vector<int32_t>& stops_eos = runner_.config().eos_token_ids;
+    if (r.params.constraint) {
+      Status a = r.params.constraint->Accept(id);
+      if (!a.ok()) {
+        finish_status_[r.id] = Status::Internal("structured output: " + a.message());
+        finish_reason_[r.id] = FinishReason::kError;
+        return;
+      }
+    }
+    TokenEvent ev;
+    ev.id = id;
+    ev.logprob = logprob;
+    ev.top = top;
+    r.tokens.push_back(id);
+    r.last_token = std::chrono::steady_clock::now();
+    if (r.num_generated() == 1) {
+      prompt_tokens_total_ += r.num_prompt;
+      r.first_token = r.last_token;
+    }
+    ++generation_tokens_total_;
+    if (cache_) SettleCache(r);
+    r.sink->OnToken(ev);
+    const auto& p = r.params;
+    const bool stop = std::find(p.stop_ids.begin(), p.stop_ids.end(), id) != p.stop_ids.end() ||
+                      (!p.ignore_eos && std::find(stops_eos.begin(), stops_eos.end(), id) != stops_eos.end());
+    if (stop || (p.constraint && p.constraint->Complete())) {
+      finish_reason_[r.id] = FinishReason::kStop;
+    } else if (r.num_generated() >= p.max_tokens) {
+      finish_reason_[r.id] = FinishReason::kLength;
     }
   }
 
@@ -560,42 +626,34 @@ class EngineImpl final : public Engine {
       return;
     }
     GYRE_SPAN("engine.emit", "sched");
-    const std::vector<int32_t>& stops_eos = runner_.config().eos_token_ids;
     for (size_t i = 0; i < f.ids.size(); ++i) {
       if (!f.samples[i]) continue;  // prefill continues
       Request* r = find(i);
       if (!r || finish_reason_.count(r->id)) continue;  // finished, cancelled or preempted since
       const SampledToken& t = sampled[i];
       --r->pending;
-      if (r->params.constraint) {
-        Status a = r->params.constraint->Accept(t.id);
-        if (!a.ok()) {
-          finish_status_[r->id] = Status::Internal("structured output: " + a.message());
-          finish_reason_[r->id] = FinishReason::kError;
-          continue;
-        }
+      if (f.drafts[i] == 0) {
+        EmitToken(*r, t.id, t.logprob, t.top);
+        continue;
       }
-      TokenEvent ev;
-      ev.id = t.id;
-      ev.logprob = t.logprob;
-      ev.top = t.top;
-      r->tokens.push_back(t.id);
-      r->last_token = std::chrono::steady_clock::now();
-      if (r->num_generated() == 1) {
-        prompt_tokens_total_ += r->num_prompt;
-        r->first_token = r->last_token;
+      // A verify piece: the longest prefix of drafts that greedy decoding agrees with, then the
+      // model's own token after it (the bonus); the runner keeps the known token + that prefix.
+      const int64_t k = f.drafts[i];
+      int64_t a = 0;
+      while (a < k && t.rows[a].first == r->spec_ids[1 + a]) ++a;
+      ++spec_verify_pieces_;
+      spec_draft_tokens_ += k;
+      spec_accepted_tokens_ += a;
+      Status c = runner_.CommitSpeculative(r->slot, 1 + a);
+      r->num_scheduled -= k - a;
+      if (c.ok() && cache_) c = AfterLaunch(*r);
+      if (!c.ok()) {
+        r->lost = true;
+        finish_status_[r->id] = c;
+        finish_reason_[r->id] = FinishReason::kError;
+        continue;
       }
-      ++generation_tokens_total_;
-      if (cache_) SettleCache(*r);
-      r->sink->OnToken(ev);
-      const auto& p = r->params;
-      const bool stop = std::find(p.stop_ids.begin(), p.stop_ids.end(), t.id) != p.stop_ids.end() ||
-                        (!p.ignore_eos && std::find(stops_eos.begin(), stops_eos.end(), t.id) != stops_eos.end());
-      if (stop || (p.constraint && p.constraint->Complete())) {
-        finish_reason_[r->id] = FinishReason::kStop;
-      } else if (r->num_generated() >= p.max_tokens) {
-        finish_reason_[r->id] = FinishReason::kLength;
-      }
+      for (int64_t j = 0; j <= a && !finish_reason_.count(r->id); ++j) EmitToken(*r, t.rows[j].first, t.rows[j].second, {});
     }
     // Finished requests free their memory now; a step still in flight may have computed one more
     // token for them (dropped on collection), and the runner runs steps in order, so the freed
@@ -631,6 +689,9 @@ class EngineImpl final : public Engine {
     stats_.requests_finished = requests_finished_;
     stats_.max_model_len = max_model_len_;
     stats_.prefill_tokens_computed = prefill_tokens_computed_;
+    stats_.spec_verify_pieces = spec_verify_pieces_;
+    stats_.spec_draft_tokens = spec_draft_tokens_;
+    stats_.spec_accepted_tokens = spec_accepted_tokens_;
     if (cache_) {
       const PrefixCacheStats cs = cache_->stats();
       stats_.prefix_caching = true;
@@ -667,9 +728,11 @@ class EngineImpl final : public Engine {
     std::vector<RequestId> ids;
     std::vector<int64_t> epochs;
     std::vector<uint8_t> samples;
+    std::vector<int32_t> drafts;  // verify pieces: drafts after the known token; 0 otherwise
   };
   std::deque<InFlight> inflight_;
   int64_t prefill_tokens_computed_ = 0;
+  int64_t spec_verify_pieces_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   int64_t num_preemptions_ = 0, prompt_tokens_total_ = 0, generation_tokens_total_ = 0, requests_finished_ = 0;
   const int64_t max_model_len_;
   std::thread thread_;
@@ -700,6 +763,15 @@ Status ValidateOptions(const EngineOptions& o) {
     return Status::InvalidArgument("prefix_cache_checkpoint_bytes must be >= 0");
   if (o.prefix_cache_checkpoint_interval_blocks < 0)
     return Status::InvalidArgument("prefix_cache_checkpoint_interval_blocks must be >= 0");
+  const SpeculativeOptions& sp = o.speculative;
+  if (!sp.method.empty()) {
+    if (sp.method != "ngram")
+      return Status::InvalidArgument("speculative method \"" + sp.method + "\" is not supported (only \"ngram\")");
+    if (sp.num_speculative_tokens < 1 || sp.num_speculative_tokens > 16)
+      return Status::InvalidArgument("num_speculative_tokens must be in [1, 16]");
+    if (sp.prompt_lookup_min < 1 || sp.prompt_lookup_max < sp.prompt_lookup_min)
+      return Status::InvalidArgument("need 1 <= prompt_lookup_min <= prompt_lookup_max");
+  }
   return Status::Ok();
 }
 
@@ -708,6 +780,9 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
   GYRE_RETURN_IF_ERROR(ValidateOptions(o));
   const RunnerCapacity cap = runner.capacity();
   if (cap.num_slots < 1) return Status::InvalidArgument("the model runner has no state slot");
+  if (!o.speculative.method.empty() && !cap.speculative)
+    return Status::InvalidArgument("speculative decoding is not implemented on the " + runner.backend() +
+                                   " backend yet (cpu only)");
   const bool paged = cap.bytes_per_page > 0;
   int64_t max_len = 1 << 20;
   if (paged) {
@@ -745,6 +820,33 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
   return std::unique_ptr<Engine>(new EngineImpl(runner, std::move(owned), o, max_len, num_checkpoints));
 }
 }  // namespace
+
+Result<SpeculativeOptions> ParseSpeculativeConfig(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument("--speculative-config: not a JSON object");
+  SpeculativeOptions o;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "method") {
+      if (!it->is_string()) return Status::InvalidArgument("--speculative-config: method must be a string");
+      o.method = it->get<std::string>();
+    } else if (key == "num_speculative_tokens" || key == "prompt_lookup_max" || key == "prompt_lookup_min") {
+      if (!it->is_number_integer()) return Status::InvalidArgument("--speculative-config: " + key + " must be an integer");
+      const int64_t v = it->get<int64_t>();
+      (key == "num_speculative_tokens" ? o.num_speculative_tokens
+       : key == "prompt_lookup_max"    ? o.prompt_lookup_max
+                                       : o.prompt_lookup_min) = v;
+    } else {
+      return Status::InvalidArgument("--speculative-config: unknown field \"" + key + "\"");
+    }
+  }
+  if (o.method.empty()) return Status::InvalidArgument("--speculative-config: method is required (\"ngram\")");
+  if (o.method != "ngram")
+    return Status::InvalidArgument("--speculative-config: method \"" + o.method + "\" is not supported (only \"ngram\")");
+  if (j.contains("prompt_lookup_max") && !j.contains("prompt_lookup_min")) o.prompt_lookup_min = std::min<int64_t>(o.prompt_lookup_min, o.prompt_lookup_max);
+  if (j.contains("prompt_lookup_min") && !j.contains("prompt_lookup_max")) o.prompt_lookup_max = std::max(o.prompt_lookup_max, o.prompt_lookup_min);
+  return o;
+}
 
 Result<std::unique_ptr<Engine>> Engine::Create(ModelRunner& runner, const EngineOptions& o) {
   return CreateOver(runner, nullptr, o);

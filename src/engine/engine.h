@@ -72,6 +72,17 @@ class RequestSink {
   virtual void OnFinish(FinishReason reason, const Status& status, const Usage& usage) = 0;
 };
 
+// Speculative decoding (docs/engine.md "Speculative decoding"), vLLM's --speculative-config.
+struct SpeculativeOptions {
+  std::string method;                   // "": off; "ngram": prompt-lookup drafts
+  int64_t num_speculative_tokens = 3;   // k: drafts per verify step, 1..16
+  int64_t prompt_lookup_max = 4;        // longest n-gram looked up
+  int64_t prompt_lookup_min = 2;        // shortest (1 <= min <= max)
+};
+// Parses vLLM's JSON form, e.g. {"method":"ngram","num_speculative_tokens":3,
+// "prompt_lookup_max":4,"prompt_lookup_min":2}. InvalidArgument naming the field at fault.
+Result<SpeculativeOptions> ParseSpeculativeConfig(const std::string& json);
+
 struct EngineOptions {
   int64_t max_num_seqs = 16;             // concurrent running sequences (<= the runner's slots)
   // Create(const Model&) only: the CPU runner's storage (a runner brings its own otherwise).
@@ -97,6 +108,10 @@ struct EngineOptions {
   // every this many blocks (0: only at the end). During decode: at each block boundary, keeping
   // the latest one per request (so a finished turn leaves its end, aligned down).
   int64_t prefix_cache_checkpoint_interval_blocks = 16;
+  // Speculative decoding: greedy requests without logit processing, structured output or
+  // top_logprobs verify drafts; others decode as usual. Needs a runner whose capacity() has
+  // `speculative` (the CPU runner; InvalidArgument otherwise).
+  SpeculativeOptions speculative;
 };
 
 // Point-in-time counters for /metrics and `gyre inspect`.
@@ -118,6 +133,9 @@ struct EngineStats {
   int64_t kda_checkpoint_evictions = 0;
   // Prompt (and recomputed) tokens run through the model: prefill work done, hits excluded.
   int64_t prefill_tokens_computed = 0;
+  // Speculative decoding: verify pieces run, draft tokens proposed and accepted (the bonus token
+  // of each verify piece is not a draft).
+  int64_t spec_verify_pieces = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 class Engine {

@@ -247,6 +247,47 @@ void KdaRecurrent(const float* q, const float* k, const float* v, const float* g
   }
 }
 
+void KdaFold(const float* k, const float* v, const float* g, const float* beta, int64_t t, KdaShape s, float* state) {
+  const int64_t H = s.num_heads, K = s.head_dim, V = s.head_dim;
+#pragma omp parallel for if (t * H * K * V > (1 << 18))
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<float> kn(K), u(V);
+    float* S = state + h * K * V;
+    for (int64_t i = 0; i < t; ++i) {  // the state half of KdaRecurrent's loop, operation for operation
+      const int64_t base = (i * H + h) * K;
+      L2NormScaled(k + base, K, 1.0f, kn.data());
+      const float* vv = v + (i * H + h) * V;
+      const float b = beta[i * H + h];
+      std::fill(u.begin(), u.end(), 0.0f);
+      for (int64_t d = 0; d < K; ++d) {
+        float* Srow = S + d * V;
+        const float decay = std::exp(g[base + d]);
+        for (int64_t x = 0; x < V; ++x) {
+          Srow[x] *= decay;
+          u[x] += Srow[x] * kn[d];
+        }
+      }
+      for (int64_t x = 0; x < V; ++x) u[x] = b * (vv[x] - u[x]);
+      for (int64_t d = 0; d < K; ++d) {
+        float* Srow = S + d * V;
+        for (int64_t x = 0; x < V; ++x) Srow[x] += kn[d] * u[x];
+      }
+    }
+  }
+}
+
+void CausalConvShift(const float* x, int64_t t, int64_t channels, int64_t width, float* state) {
+  const int64_t hist = width - 1;
+  for (int64_t c = 0; c < channels; ++c) {
+    float tmp[16];
+    for (int64_t j = 0; j < hist; ++j) {
+      const int64_t src = t - hist + j;
+      tmp[j] = src >= 0 ? x[src * channels + c] : state[(hist + src) * channels + c];
+    }
+    for (int64_t j = 0; j < hist; ++j) state[j * channels + c] = tmp[j];
+  }
+}
+
 // ---- gated norm ----------------------------------------------------------------------------------
 
 void GatedRmsNorm(const float* o, const float* z, int64_t t, KdaShape s, std::span<const float> w, float eps,

@@ -53,6 +53,16 @@ void KdaChunkUtTransform(const float* k, const float* G, const float* beta, int6
 void KdaRecurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t t,
                   KdaShape s, float* state, float* o);
 
+// ReplaySSM fold (speculative decoding, docs/engine.md "Speculative decoding"): advances `state`
+// by t tokens whose inputs k, v, g [T, H, K] (k not yet normalized) and beta [T, H] were kept
+// while the tokens ran speculatively: exactly the state update of KdaRecurrent over the same
+// inputs (bit for bit in fp32), without the query or the output. t == 0 leaves the state as is.
+void KdaFold(const float* k, const float* v, const float* g, const float* beta, int64_t t, KdaShape s, float* state);
+
+// The conv-tail part of the fold: `state` [W-1, channels] ← the last W-1 inputs of [state; x]
+// (x [T, channels] the pre-conv inputs of t tokens), exactly as CausalConv1dSilu leaves it.
+void CausalConvShift(const float* x, int64_t t, int64_t channels, int64_t width, float* state);
+
 // Gated RMSNorm per head over V, entirely fp32: y = w ⊙ o·rsqrt(mean(o²) + eps) ⊙ σ(z).
 // o, z, y: [T, H, V]; w [V] shared by heads. y rounded by `num` once.
 void GatedRmsNorm(const float* o, const float* z, int64_t t, KdaShape s, std::span<const float> w, float eps,

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -54,6 +55,32 @@ TEST_P(KdaFormsTest, ChunkedEqualsRecurrent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Lengths, KdaFormsTest, ::testing::Values(1, 2, 63, 64, 65, 128, 150));
+
+// ReplaySSM: folding n kept inputs equals running the recurrence over them, bit for bit in fp32,
+// for every n a verify step can accept (0..k+1), and the conv tail shifts as the conv leaves it.
+TEST(KdaFold, EqualsRecurrenceBitForBit) {
+  const KdaShape s{3, 16};
+  const int64_t k1 = 5, P = s.num_heads * s.head_dim;  // k = 4 drafts + the known token
+  for (int64_t n = 0; n <= k1; ++n) {
+    Inputs in = MakeInputs(k1, s, 77 + n, n % 2 == 1);
+    std::vector<float> st_f = in.state, st_r = in.state, o(k1 * P);
+    KdaFold(in.k.data(), in.v.data(), in.g.data(), in.beta.data(), n, s, st_f.data());
+    KdaRecurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), n, s, st_r.data(), o.data());
+    ASSERT_EQ(0, std::memcmp(st_f.data(), st_r.data(), st_f.size() * sizeof(float))) << "n=" << n;
+    if (n > 0) EXPECT_NE(st_f, in.state) << "n=" << n;  // the fold did move the state
+    // Conv tail: the shift equals the state CausalConv1dSilu leaves after the same n inputs.
+    const int64_t ch = 24, width = 4;
+    std::vector<float> x(k1 * ch), w(ch * width), tail((width - 1) * ch), y(k1 * ch);
+    std::mt19937_64 rng(900 + n);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto* vec : {&x, &w, &tail})
+      for (auto& e : *vec) e = nd(rng);
+    std::vector<float> tail_conv = tail, tail_shift = tail;
+    CausalConv1dSilu(x.data(), n, ch, w.data(), width, tail_conv.data(), y.data(), Numerics{});
+    CausalConvShift(x.data(), n, ch, width, tail_shift.data());
+    EXPECT_EQ(tail_conv, tail_shift) << "n=" << n;
+  }
+}
 
 TEST(KdaChunked, PiecesEqualOneShot) {
   const KdaShape s{2, 16};

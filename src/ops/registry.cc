@@ -340,6 +340,25 @@ struct KdaOp : NoNote {
   static Cost CostOf(const std::map<std::string, int64_t>& d) { return KdaCost(d); }
 };
 
+// ReplaySSM (speculative decoding): the state after folding T kept inputs (KdaFold) against the
+// state the plain recurrence leaves over the same tokens (KdaRecurrent, fp32): equal bit for bit,
+// so the tolerance is 0. CPU only for now (the CUDA fold is not written).
+struct ReplayFoldOp : NoNote {
+  using Inputs = KdaInputs;
+  static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) { return MakeKda(d, seed); }
+  static void Cpu(Inputs& in, std::vector<float>* out) {
+    *out = in.state;
+    KdaFold(in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.t, {in.h, in.dk}, out->data());
+  }
+  static ref::Vec Ref(const Inputs& in) {
+    std::vector<float> st = in.state, o(in.t * in.h * in.dk);
+    KdaRecurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.t, {in.h, in.dk}, st.data(),
+                 o.data());
+    return ref::Vec(st.begin(), st.end());
+  }
+  static Cost CostOf(const std::map<std::string, int64_t>& d) { return KdaCost(d); }
+};
+
 struct GatedNormOp : NoNote {
   struct Inputs {
     std::vector<float> o, z, w;
@@ -889,6 +908,9 @@ std::vector<OpSpec> BuildRegistry() {
                                      S({{"T", 65}, {"H", 2}, {"K", 16}}, 1.24e-5),
                                      S({{"T", 200}, {"H", 3}, {"K", 32}}, 2.6e-6)}));
   r.push_back(MakeSpec<KdaOp<false>>("kda.recurrent", "fp32-iterative", 1e-4, kda_shapes));
+  r.push_back(MakeSpec<ReplayFoldOp>("kda.replay_fold", "exact (fp32 bits of kda.recurrent's state)", 0,
+                                     {S({{"T", 0}, {"H", 2}, {"K", 16}}), S({{"T", 1}, {"H", 2}, {"K", 16}}),
+                                      S({{"T", 4}, {"H", 3}, {"K", 32}})}));
   r.push_back(MakeSpec<GatedNormOp>("kda.gated_norm", "fp32-reassociation", 1e-5,
                                     {S({{"T", 3}, {"H", 4}, {"K", 16}}), S({{"T", 3}, {"H", 3}, {"K", 17}}),
                                      S({{"T", 64}, {"H", 8}, {"K", 128}})}));

@@ -41,6 +41,7 @@ RunnerCapacity CpuRunner::capacity() const {
   c.max_step_pieces = opts_.num_slots;
   c.bytes_per_page = kv_.bytes_per_page();
   c.bytes_per_slot = kda_.bytes_per_slot();
+  c.speculative = true;
   return c;
 }
 
@@ -100,6 +101,20 @@ Status CpuRunner::WriteSlotState(SlotId slot, std::span<const std::byte> src, in
   return Status::Ok();
 }
 
+Status CpuRunner::CommitSpeculative(SlotId slot, int64_t num_accepted) {
+  if (slot < 0 || slot >= opts_.num_slots)
+    return Status::InvalidArgument("slot " + std::to_string(slot) + " is outside [0, " +
+                                   std::to_string(opts_.num_slots) + ")");
+  SequenceState& s = *slots_[slot];
+  if (s.replay.start < 0) return Status::InvalidArgument("slot " + std::to_string(slot) + " has no pending speculation");
+  if (num_accepted < 0 || num_accepted > s.replay.num)
+    return Status::InvalidArgument("CommitSpeculative: " + std::to_string(num_accepted) + " accepted of " +
+                                   std::to_string(s.replay.num) + " speculative tokens");
+  s.CommitReplay(model_.config(), num_accepted);  // a step has completed in Launch: at once
+  last_token_[slot] = kPrevToken;
+  return Status::Ok();
+}
+
 Status CpuRunner::Collect(std::vector<SampledToken>* out, std::vector<float>* logits) {
   if (done_.empty()) return Status::InvalidArgument("cpu runner: no step is outstanding");
   Done d = std::move(done_.front());
@@ -127,6 +142,9 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
       p.ids = std::span<const int32_t>(&resolved[i], 1);
     }
     const SequenceState& s = *slots_[p.slot];
+    if (p.start != 0 && s.replay.start >= 0)
+      return Status::InvalidArgument("piece " + std::to_string(i) + ": slot " + std::to_string(p.slot) +
+                                     " has a speculation not committed yet");
     if (p.start != 0 && p.start != s.num_tokens)
       return Status::InvalidArgument("piece " + std::to_string(i) + ": start " + std::to_string(p.start) +
                                      " but slot " + std::to_string(p.slot) + " holds " + std::to_string(s.num_tokens) +
@@ -139,7 +157,9 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
       last_token_[p.slot] = kPrevToken;
     }
     s.SetPages(p.pages);
-    batch.push_back({&s, p.ids, p.all_logits});
+    SeqInput in{&s, p.ids, p.all_logits || p.speculative};
+    in.speculative = p.speculative;
+    batch.push_back(in);
     if (ops::HasPenalties(p.sample.params)) {
       ops::TokenCounts& c = counts_[p.slot];
       if (p.start == 0 || !p.history.empty() || c.output.empty()) c.Reset(V);
@@ -156,10 +176,24 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
     out->assign(pieces.size(), SampledToken{});
     int64_t r = 0;  // first logits row of piece i
     for (size_t i = 0; i < pieces.size(); ++i) {
-      const int64_t rows = pieces[i].all_logits ? static_cast<int64_t>(pieces[i].ids.size()) : 1;
+      const bool every = pieces[i].all_logits || pieces[i].speculative;
+      const int64_t rows = every ? static_cast<int64_t>(pieces[i].ids.size()) : 1;
       r += rows;
       const SampleSpec& sp = pieces[i].sample;
       if (!sp.enabled) continue;
+      if (pieces[i].speculative) {  // greedy after every token (ValidateStep: no logit processing)
+        SampledToken& t = (*out)[i];
+        for (int64_t j = r - rows; j < r; ++j) {
+          std::span<const float> row(&logits[j * V], V);
+          SampledToken one;
+          const int32_t id = SampleKeyed(row, sp.params, sp.offset);
+          LogProbs(row, id, 0, &one);
+          t.rows.emplace_back(id, one.logprob);
+        }
+        t.id = t.rows.back().first;
+        t.logprob = t.rows.back().second;
+        continue;
+      }
       std::span<float> row(&logits[(r - 1) * V], V);
       ops::ApplyPenalties(row, sp.params, sp.logit_bias, sp.stop_ids, static_cast<int64_t>(sp.offset),
                           ops::HasPenalties(sp.params) ? &counts_[pieces[i].slot] : nullptr);

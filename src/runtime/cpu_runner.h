@@ -43,6 +43,7 @@ class CpuRunner final : public ModelRunner {
   Status WritePages(std::span<const PageId> pages, std::span<const std::byte> src) override;
   Status ReadSlotState(SlotId slot, std::span<std::byte> dst) override;
   Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) override;
+  Status CommitSpeculative(SlotId slot, int64_t num_accepted) override;
 
   const Model& model() const { return model_; }
 

@@ -203,7 +203,14 @@ Status Model::Forward(std::span<const SeqInput> batch, std::vector<float>* logit
   } else {
     *logits = std::move(all);
   }
-  for (size_t b = 0; b < batch.size(); ++b) batch[b].state->num_tokens += batch[b].ids.size();
+  for (size_t b = 0; b < batch.size(); ++b) {
+    SequenceState& s = *batch[b].state;
+    if (batch[b].speculative) {
+      s.replay.start = s.num_tokens;
+      s.replay.num = static_cast<int64_t>(batch[b].ids.size());
+    }
+    s.num_tokens += batch[b].ids.size();
+  }
   return Status();
 }
 
@@ -238,9 +245,20 @@ void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const 
   for (size_t b = 0; b < st.batch.size(); ++b) {
     SequenceState& s = *st.batch[b].state;
     const int64_t t0 = st.offsets[b], T = st.offsets[b + 1] - t0;
+    // Speculative: the conv tail and recurrent state advance on scratch copies (one per layer and
+    // step, not per token); the slot keeps the state before the tokens, the replay their inputs.
+    const bool spec = st.batch[b].speculative;
+    const int64_t conv_floats = (c.linear_conv_kernel_dim - 1) * 3 * P;
+    std::vector<float> conv_scratch, rec_scratch;
+    if (spec) {
+      conv_scratch.assign(s.KdaConv(layer), s.KdaConv(layer) + conv_floats);
+      rec_scratch.assign(s.KdaRecurrent(layer), s.KdaRecurrent(layer) + H * K * K);
+    }
+    float* conv_state = spec ? conv_scratch.data() : s.KdaConv(layer);
+    float* rec_state = spec ? rec_scratch.data() : s.KdaRecurrent(layer);
     {
       GYRE_SPAN("kda.conv", "op", trace::Attrs{.layer = layer, .tokens = T});
-      ops::CausalConv1dSilu(&u[t0 * 3 * P], T, 3 * P, w.conv.data.data(), c.linear_conv_kernel_dim, s.KdaConv(layer),
+      ops::CausalConv1dSilu(&u[t0 * 3 * P], T, 3 * P, w.conv.data.data(), c.linear_conv_kernel_dim, conv_state,
                             &conv[t0 * 3 * P], num_);
     }
     std::vector<float> q(T * P), k(T * P), v(T * P);
@@ -249,16 +267,25 @@ void Model::KdaLayer(Step& st, int64_t layer, const float* x, float* out) const 
       std::memcpy(&k[i * P], &conv[(t0 + i) * 3 * P + P], P * sizeof(float));
       std::memcpy(&v[i * P], &conv[(t0 + i) * 3 * P + 2 * P], P * sizeof(float));
     }
-    const bool decode = s.num_tokens > 0 && T == 1;
+    const bool decode = (s.num_tokens > 0 && T == 1) || spec;
     const int64_t state_bytes = H * K * K * 4 * 2;  // read + write of the fp32 state
     if (decode) {
       GYRE_SPAN("kda.recurrent", "op", trace::Attrs{.layer = layer, .tokens = T, .bytes = state_bytes});
-      ops::KdaRecurrent(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, s.KdaRecurrent(layer),
-                        &o[t0 * P]);
+      ops::KdaRecurrent(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, rec_state, &o[t0 * P]);
     } else {
       GYRE_SPAN("kda.chunk", "op", trace::Attrs{.layer = layer, .tokens = T, .bytes = state_bytes});
-      ops::KdaChunked(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, s.KdaRecurrent(layer),
-                      &o[t0 * P]);
+      ops::KdaChunked(q.data(), k.data(), v.data(), &g[t0 * P], &beta[t0 * H], T, shape, rec_state, &o[t0 * P]);
+    }
+    if (spec) {  // the ring: this layer's inputs of the speculative tokens
+      SequenceState::Replay& rp = s.replay;
+      const size_t L = static_cast<size_t>(c.num_hidden_layers);
+      for (auto* part : {&rp.u, &rp.k, &rp.v, &rp.g, &rp.beta}) part->resize(L);
+      const size_t l = static_cast<size_t>(layer);
+      rp.u[l].assign(&u[t0 * 3 * P], &u[(t0 + T) * 3 * P]);
+      rp.k[l] = k;
+      rp.v[l] = v;
+      rp.g[l].assign(&g[t0 * P], &g[(t0 + T) * P]);
+      rp.beta[l].assign(&beta[t0 * H], &beta[(t0 + T) * H]);
     }
   }
   num_.Round(o);

@@ -47,6 +47,11 @@ struct SeqInput {
   // embedding-table rows of `ids` (a multimodal prompt: the table rows with image embeddings
   // merged in, runtime/vision.h MergeImageEmbeddings). `ids` are still checked and recorded.
   std::span<const float> input_embeds;
+  // Speculative (ReplaySSM): the KDA layers leave the state's conv tails and recurrent states as
+  // they are and keep the tokens' KDA inputs in state->replay (every KDA layer runs the recurrent
+  // form, so the outputs are those of decoding the tokens one by one); the attention rows are
+  // written as usual. SequenceState::CommitReplay settles the state afterwards.
+  bool speculative = false;
 };
 
 class Model {

@@ -83,6 +83,15 @@ Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap
           return Status::InvalidArgument(where + ": page " + std::to_string(pg) + " is outside the page pool");
     }
     if (p.sample.enabled) GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sample.params));
+    if (p.speculative) {
+      if (!cap.speculative) return Status::InvalidArgument(where + ": this runner does not run speculative pieces");
+      if (prev) return Status::InvalidArgument(where + ": a speculative piece names its tokens (no kPrevToken)");
+      const SampleSpec& sp = p.sample;
+      if (sp.enabled && (sp.params.temperature > 0 || ops::HasPenalties(sp.params) || sp.params.min_tokens > 0 ||
+                         !sp.logit_bias.empty() || !sp.allowed.empty() || sp.top_logprobs > 0))
+        return Status::InvalidArgument(where + ": a speculative piece samples greedily only (no temperature, "
+                                       "penalties, logit_bias, min_tokens, mask or top_logprobs)");
+    }
     auto in_vocab = [&](int32_t id, const char* what) {
       return id >= 0 && id < vocab ? Status::Ok()
                                    : Status::InvalidArgument(where + ": " + what + " token id " + std::to_string(id) +

@@ -60,6 +60,23 @@
 //    step launched before the call (the CUDA model waits for its step stream); a write acts
 //    before every step launched after it and has consumed `src` when it returns. Whole-sequence
 //    granularity: a read after the last prefill step sees every layer (no per-layer hook yet).
+//  - Speculative decoding (ReplaySSM; docs/engine.md "Speculative decoding"): a piece with
+//    `speculative` set runs its tokens (the sequence's next known token, then drafts) so that the
+//    KDA layers leave the slot's state — conv tails and recurrent states — as it was before the
+//    piece, and keep the tokens' per-token KDA inputs (pre-conv inputs, keys, values, gates,
+//    betas) in a small per-slot ring; attention rows are written as for any piece. When the piece
+//    samples (greedy only: temperature <= 0, no penalties, logit_bias, min_tokens, mask or
+//    top_logprobs; InvalidArgument otherwise) its SampledToken has `rows`: the greedy token and its
+//    logprob after every new token, first to last (id: the last row's). CommitSpeculative(slot, n)
+//    must follow before the slot's next piece (InvalidArgument otherwise, unless that piece starts
+//    a new sequence): it advances the KDA state by folding exactly the first n (0..ids.size())
+//    kept inputs with the plain recurrence — no per-draft state copies, bit for bit the state that
+//    decoding those n tokens would leave — and makes the slot a sequence of start + n tokens; the
+//    attention rows past it are stale and are overwritten by later pieces (the next piece has
+//    start == start + n), and state derived from them (the CPU model's pooled indexer keys) is
+//    dropped. Ordered like steps, as SaveState. Only runners whose capacity() has `speculative`
+//    accept such pieces (ValidateStep rejects them otherwise): the CPU runner; the CUDA model not
+//    yet (its CommitSpeculative returns Unimplemented, the default).
 // Thread safety: a runner is driven by one thread at a time (the engine thread).
 #pragma once
 
@@ -87,6 +104,7 @@ struct RunnerCapacity {
   int64_t max_step_pieces = 0;  // pieces per step
   int64_t bytes_per_page = 0;   // all attention layers
   int64_t bytes_per_slot = 0;   // all KDA layers
+  bool speculative = false;     // accepts speculative pieces and CommitSpeculative
 };
 
 struct SampleSpec {
@@ -114,6 +132,7 @@ struct StepPiece {
   std::span<const int32_t> ids;   // new tokens (>= 1)
   SampleSpec sample;
   bool all_logits = false;        // verification: logits of every new token, not only the last
+  bool speculative = false;       // ReplaySSM: KDA state untouched until CommitSpeculative (above)
   // Token counts (penalties): the sequence's first num_prompt tokens are its prompt; `history` is
   // empty, or (the first piece after RestoreState) the sequence's tokens [0, start).
   int64_t num_prompt = 0;
@@ -124,6 +143,7 @@ struct SampledToken {
   int32_t id = -1;                                   // -1 when the piece did not sample
   float logprob = 0;                                 // log-softmax of `id` (temperature 1)
   std::vector<std::pair<int32_t, float>> top;        // top_logprobs alternatives, best first
+  std::vector<std::pair<int32_t, float>> rows;       // speculative piece: (greedy id, logprob) per new token
 };
 
 using CheckpointId = int32_t;
@@ -170,6 +190,16 @@ class ModelRunner {
   // tokens whose attention rows are in the pages the next piece names (that piece has start ==
   // num_tokens), as RestoreState. Errors as ReadSlotState, and InvalidArgument for num_tokens < 1.
   virtual Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) = 0;
+
+  // Speculative decoding: `slot`'s pending speculative piece keeps its first `num_accepted`
+  // (0..ids.size()) tokens; the KDA state folds their kept inputs (ordered like steps; see above).
+  // InvalidArgument for a slot out of range, without a pending speculation or with num_accepted
+  // out of range; Unimplemented on a runner without speculation (the default).
+  virtual Status CommitSpeculative(SlotId slot, int64_t num_accepted) {
+    (void)slot;
+    (void)num_accepted;
+    return Status::Unimplemented("this runner (" + backend() + ") does not run speculative pieces");
+  }
 
   // Launch + Collect of one step (no step may be outstanding).
   Status Step(std::span<const StepPiece> pieces, std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) {

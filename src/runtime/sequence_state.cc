@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/kda.h"
+
 namespace gyre {
 
 SequenceState::SequenceState(const ModelConfig& c)
@@ -19,7 +21,30 @@ SequenceState::SequenceState(const ModelConfig& c, KvPageStore* kv, KdaSlotStore
   num_pools.assign(c.num_hidden_layers, 0);
 }
 
+void SequenceState::CommitReplay(const ModelConfig& c, int64_t n) {
+  const int64_t H = c.linear_num_heads, K = c.linear_head_dim, P = H * K;
+  for (size_t l = 0; l < replay.u.size(); ++l) {
+    if (replay.u[l].empty()) continue;
+    const int64_t layer = static_cast<int64_t>(l);
+    ops::CausalConvShift(replay.u[l].data(), n, 3 * P, c.linear_conv_kernel_dim, KdaConv(layer));
+    ops::KdaFold(replay.k[l].data(), replay.v[l].data(), replay.g[l].data(), replay.beta[l].data(), n, {H, K},
+                 KdaRecurrent(layer));
+  }
+  num_tokens = replay.start + n;
+  for (size_t l = 0; l < num_pools.size(); ++l) {
+    if (num_pools[l] == 0) continue;
+    const int64_t d = static_cast<int64_t>(pool_keys[l].size()) / num_pools[l];
+    const int64_t keep = std::min(num_pools[l], c.index_kpool > 0 ? num_tokens / c.index_kpool : 0);
+    num_pools[l] = keep;
+    pool_keys[l].resize(keep * d);
+  }
+  replay.start = -1;
+  replay.num = 0;
+}
+
 void SequenceState::Reset() {
+  replay.start = -1;
+  replay.num = 0;
   num_tokens = 0;
   kda_->Zero(slot_);
   for (auto& k : pool_keys) k.clear();
@@ -28,6 +53,8 @@ void SequenceState::Reset() {
 }
 
 void SequenceState::Restore(int64_t num_tokens_in) {
+  replay.start = -1;
+  replay.num = 0;
   num_tokens = num_tokens_in;
   for (auto& k : pool_keys) k.clear();
   std::fill(num_pools.begin(), num_pools.end(), 0);

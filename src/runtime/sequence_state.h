@@ -62,6 +62,22 @@ class SequenceState {
   float* KdaConv(int64_t layer) { return kda_->Conv(slot_, layer); }
   float* KdaRecurrent(int64_t layer) { return kda_->Recurrent(slot_, layer); }
 
+  // ReplaySSM (speculative pieces, runtime/model_runner.h CommitSpeculative): the per-token KDA
+  // inputs of the uncommitted speculative tokens, per layer (empty for non-KDA layers): pre-conv
+  // inputs u [T, 3·H·K], post-conv keys k and values v [T, H·K], gates g [T, H·K], betas [T, H].
+  // The slot's conv tails and recurrent states are those before these tokens.
+  struct Replay {
+    int64_t start = -1;  // position of the first speculative token; -1: nothing pending
+    int64_t num = 0;     // speculative tokens
+    std::vector<std::vector<float>> u, k, v, g, beta;
+  };
+  Replay replay;
+  // Advances the KDA state by the first `n` (0..replay.num) speculative tokens (the fold), and
+  // makes this a sequence of replay.start + n tokens: pooled indexer keys of pools that reach past
+  // it are dropped (recomputed from the pages when the next step completes them again).
+  // REQUIRES: a pending speculation (replay.start >= 0).
+  void CommitReplay(const ModelConfig& c, int64_t n);
+
   // Pooled indexer keys per layer: [num_pools, d].
   std::vector<std::vector<float>> pool_keys;
   std::vector<int64_t> num_pools;

@@ -250,6 +250,11 @@ std::string ServeMetrics::Render(const EngineStats& st) const {
        n(st.kda_checkpoint_evictions)},
       {"gyre_prefill_tokens_computed_total", "counter", "Prompt and recomputed tokens run through the model (hits excluded).",
        n(st.prefill_tokens_computed)},
+      {"gyre_spec_decode_num_drafts_total", "counter", "Speculative verify pieces run.", n(st.spec_verify_pieces)},
+      {"gyre_spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed for verification.",
+       n(st.spec_draft_tokens)},
+      {"gyre_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted by verification.",
+       n(st.spec_accepted_tokens)},
   };
   for (const Scalar& m : scalars) One(out, m, labels);
   ProcessText(out);

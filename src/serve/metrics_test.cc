@@ -43,6 +43,8 @@ TEST(ServeMetrics, ExpositionFormat) {
   st.generation_tokens_total = 50;
   st.prefix_cache_queried_tokens = 90;
   st.prefix_cache_hit_tokens = 64;
+  st.spec_draft_tokens = 12;
+  st.spec_accepted_tokens = 7;
   st.kda_checkpoint_bytes = 4096;
   st.prefix_cache_block_evictions = 6;
   st.kda_checkpoint_evictions = 2;
@@ -89,6 +91,8 @@ TEST(ServeMetrics, ExpositionFormat) {
   EXPECT_TRUE(has("gyre_prefix_cache_block_evictions_total{" + L + "} 6\n"));
   EXPECT_TRUE(has("gyre_kda_checkpoint_evictions_total{" + L + "} 2\n"));
   EXPECT_TRUE(has("gyre_prefill_tokens_computed_total{" + L + "} 26\n"));
+  EXPECT_TRUE(has("gyre_spec_decode_num_draft_tokens_total{" + L + "} 12\n"));
+  EXPECT_TRUE(has("gyre_spec_decode_num_accepted_tokens_total{" + L + "} 7\n"));
 }
 
 TEST(ServeMetrics, EmptyPoolsGiveZeroUsage) {

@@ -49,7 +49,11 @@ class DisaggRunner final : public ModelRunner {
                                                       const DisaggRunnerOptions& opts);
 
   const ModelConfig& config() const override { return prefill_.config(); }
-  RunnerCapacity capacity() const override { return prefill_.capacity(); }
+  RunnerCapacity capacity() const override {  // (no speculative pieces across the hand-off yet)
+    RunnerCapacity c = prefill_.capacity();
+    c.speculative = false;
+    return c;
+  }
   std::string backend() const override { return "disagg:" + prefill_.backend(); }
   Status Launch(std::span<const StepPiece> pieces, bool want_logits = false) override;
   Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) override;
