@@ -79,6 +79,14 @@ constexpr bool HasCuda() {
 #endif
 }
 
+// Why a backend other than the CPU cannot run an op: the build has no CUDA, or the op no kernel.
+std::string NoBackendReason(Backend b) {
+#ifdef GYRE_CUDA
+  if (b == Backend::kCuda) return "this op has no cuda implementation (CPU only)";
+#endif
+  return "backend " + std::string(BackendName(b)) + " is not built";
+}
+
 template <typename Op>
 Status RunCuda([[maybe_unused]] typename Op::Inputs& in, [[maybe_unused]] std::vector<float>* out) {
   if constexpr (HasCuda<Op>()) {
@@ -100,7 +108,7 @@ OpSpec MakeSpec(std::string name, std::string tol_class, double tol, std::vector
   s.cost = [](const OpShape& sh) { return Op::CostOf(sh.dims); };
   s.check = [](const OpShape& sh, uint64_t seed, Backend b) -> Result<CheckResult> {
     if (b != Backend::kCpu && !HasCuda<Op>())
-      return Status::Unimplemented("backend " + std::string(BackendName(b)) + " is not built");
+      return Status::Unimplemented(NoBackendReason(b));
     auto in = Op::Make(sh.dims, seed);
     std::vector<float> out;
     if (b == Backend::kCuda) {
@@ -116,7 +124,7 @@ OpSpec MakeSpec(std::string name, std::string tol_class, double tol, std::vector
     if (b != Backend::kCpu) {
       return Status::Unimplemented(HasCuda<Op>() ? "bench op: the cuda backend is timed by gyre_cuda_bench "
                                                    "(scripts/gpu_check.sh), not through host copies"
-                                                 : "backend " + std::string(BackendName(b)) + " is not built");
+                                                 : NoBackendReason(b));
     }
     auto sets = std::make_shared<std::vector<typename Op::Inputs>>();
     for (int i = 0; i < std::max(rotate, 1); ++i) sets->push_back(Op::Make(sh.dims, seed + i));
