@@ -70,7 +70,7 @@ struct OutputOptions {
   std::vector<int32_t> stop_token_ids;  // ids the engine finishes on: the request's stop ids and EOS
   // min_tokens: stop strings match only from the min_tokens-th output token on (vLLM's rule; the
   // engine masks EOS and stop_token_ids before then).
-  int32_t min_tokens = 0;
+  int64_t min_tokens = 0;
   // Special tokens whose text stays even with skip_special: the markup a ChatOutputParser reads
   // (<think>, </think>, ... in tokenizers that mark them special).
   std::vector<std::string> keep_special;
