@@ -3,6 +3,7 @@
 // sampling does not depend on the batch. The runner tests run on every backend built (CPU always;
 // the CUDA model in CUDA builds, on a GPU: `test_engine --gtest_filter='*cuda*'`).
 #include "engine/engine.h"
+#include "engine/test_collector.h"
 
 #include <gtest/gtest.h>
 
@@ -38,36 +39,7 @@ std::unique_ptr<Model> MakeModel() {
   return Model::FromWeights(*cfg, std::move(*w));
 }
 
-class Collector : public RequestSink {
- public:
-  void OnToken(const TokenEvent& ev) override {
-    std::lock_guard<std::mutex> l(mu);
-    ids.push_back(ev.id);
-    logprobs.push_back(ev.logprob);
-    tops.push_back(ev.top.size());
-  }
-  void OnFinish(FinishReason r, const Status& s, const Usage& u) override {
-    std::lock_guard<std::mutex> l(mu);
-    ++num_finish;
-    reason = r;
-    status = s;
-    usage = u;
-    cv.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return num_finish > 0; }));
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> ids;
-  std::vector<float> logprobs;
-  std::vector<size_t> tops;
-  int num_finish = 0;
-  FinishReason reason = FinishReason::kError;
-  Status status;
-  Usage usage;
-};
+using gyre::testing::Collector;
 
 std::vector<int32_t> Ids(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/test_collector.h"
 #include "engine/ngram_draft.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/model.h"
@@ -180,30 +181,7 @@ TEST_P(SpecOnFixture, CommitEqualsPlainRecurrenceBitForBit) {
   }
 }
 
-class Collector : public RequestSink {
- public:
-  void OnToken(const TokenEvent& ev) override {
-    std::lock_guard<std::mutex> l(mu);
-    ids.push_back(ev.id);
-  }
-  void OnFinish(FinishReason r, const Status& s, const Usage&) override {
-    std::lock_guard<std::mutex> l(mu);
-    ++num_finish;
-    reason = r;
-    status = s;
-    cv.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(300), [&] { return num_finish > 0; }));
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> ids;
-  int num_finish = 0;
-  FinishReason reason = FinishReason::kError;
-  Status status;
-};
+using gyre::testing::Collector;
 
 struct RunOut {
   std::vector<std::vector<int32_t>> outputs;

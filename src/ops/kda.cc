@@ -210,6 +210,22 @@ void KdaChunked(const float* q, const float* k, const float* v, const float* g, 
 
 // ---- recurrent form ------------------------------------------------------------------------------
 
+// One token of the recurrence, first half: S ← S·exp(g) row-wise, then the delta-rule update
+// u = β·(v − Sᵀk). Shared by KdaRecurrent and KdaFold so the fold stays its state half bit for bit.
+static inline void DecayAndDelta(float* S, const float* kn, const float* vv, float b, const float* gg, int64_t K, int64_t V,
+                                 float* u) {
+  std::fill(u, u + V, 0.0f);
+  for (int64_t d = 0; d < K; ++d) {
+    float* Srow = S + d * V;
+    const float decay = std::exp(gg[d]);
+    for (int64_t x = 0; x < V; ++x) {
+      Srow[x] *= decay;
+      u[x] += Srow[x] * kn[d];
+    }
+  }
+  for (int64_t x = 0; x < V; ++x) u[x] = b * (vv[x] - u[x]);
+}
+
 void KdaRecurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t t,
                   KdaShape s, float* state, float* o) {
   const int64_t H = s.num_heads, K = s.head_dim, V = s.head_dim;
@@ -224,16 +240,7 @@ void KdaRecurrent(const float* q, const float* k, const float* v, const float* g
       L2NormScaled(k + base, K, 1.0f, kn.data());
       const float* vv = v + (i * H + h) * V;
       const float b = beta[i * H + h];
-      std::fill(u.begin(), u.end(), 0.0f);
-      for (int64_t d = 0; d < K; ++d) {
-        float* Srow = S + d * V;
-        const float decay = std::exp(g[base + d]);
-        for (int64_t x = 0; x < V; ++x) {
-          Srow[x] *= decay;
-          u[x] += Srow[x] * kn[d];
-        }
-      }
-      for (int64_t x = 0; x < V; ++x) u[x] = b * (vv[x] - u[x]);
+      DecayAndDelta(S, kn.data(), vv, b, g + base, K, V, u.data());
       float* orow = o + (i * H + h) * V;
       for (int64_t x = 0; x < V; ++x) orow[x] = 0;
       for (int64_t d = 0; d < K; ++d) {
@@ -258,16 +265,7 @@ void KdaFold(const float* k, const float* v, const float* g, const float* beta, 
       L2NormScaled(k + base, K, 1.0f, kn.data());
       const float* vv = v + (i * H + h) * V;
       const float b = beta[i * H + h];
-      std::fill(u.begin(), u.end(), 0.0f);
-      for (int64_t d = 0; d < K; ++d) {
-        float* Srow = S + d * V;
-        const float decay = std::exp(g[base + d]);
-        for (int64_t x = 0; x < V; ++x) {
-          Srow[x] *= decay;
-          u[x] += Srow[x] * kn[d];
-        }
-      }
-      for (int64_t x = 0; x < V; ++x) u[x] = b * (vv[x] - u[x]);
+      DecayAndDelta(S, kn.data(), vv, b, g + base, K, V, u.data());
       for (int64_t d = 0; d < K; ++d) {
         float* Srow = S + d * V;
         for (int64_t x = 0; x < V; ++x) Srow[x] += kn[d] * u[x];
