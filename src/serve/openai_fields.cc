@@ -42,8 +42,8 @@ constexpr RequestField kFields[] = {
      "validated, given to the chat template (withheld when tool_choice is 'none'); calls in GLM markup come back "
      "as tool_calls"},
     {"tool_choice", kC, kHon, "",
-     "'auto' (the default with tools) and 'none' are honoured; 'required' and a named function are refused "
-     "(constrained decoding)"},
+     "'auto' (the default with tools), 'none', and 'required' and a named function, which force calls in GLM "
+     "markup by constrained decoding (arguments valid for the tool's schema)"},
     {"n", kBoth, kHon, "",
      "1 to 128 choices, each its own engine request (seed + i with a seed; with prefix caching the prompt is "
      "prefilled once); streamed chunks carry their choice's index; usage counts the prompt once"},
@@ -145,8 +145,8 @@ constexpr RequestField kFields[] = {
      "function tools, given to the chat template (withheld when tool_choice is 'none'); calls in GLM markup come "
      "back as function_call items"},
     {"tool_choice", kR, kHon, "",
-     "'auto' (the default with tools) and 'none' are honoured; 'required' and a named function are refused "
-     "(constrained decoding)"},
+     "'auto' (the default with tools), 'none', and 'required' and a named function, which force calls in GLM "
+     "markup by constrained decoding (arguments valid for the tool's schema)"},
     {"reasoning", kR, kHon, "",
      "{\"effort\": \"none\"} turns the chat template's thinking off; other efforts and summaries are refused"},
     {"metadata", kR, kHon, "", "repeated in the response (at most 16 keys, string values)"},

@@ -117,7 +117,8 @@ Status CheckTools(const Json& tools) {
   return Status::Ok();
 }
 
-Status ApplyToolChoice(const Json* choice, Json* tools) {
+Status ApplyToolChoice(const Json* choice, Json* tools, std::optional<std::string>* forced) {
+  forced->reset();
   if (!choice) return Status::Ok();
   const bool have_tools = tools->is_array() && !tools->empty();
   if (*choice == "none") {
@@ -134,14 +135,18 @@ Status ApplyToolChoice(const Json* choice, Json* tools) {
   }
   if (!have_tools) return FieldError("tool_choice", "needs 'tools'");
   if (*choice == "auto") return Status::Ok();
-  if (*choice == "required") return FieldError("tool_choice", "'required' is not supported yet: it needs constrained decoding");
+  if (*choice == "required") {
+    *forced = std::string();
+    return Status::Ok();
+  }
   const Json* fn = Member(*choice, "function");
   const Json* name = fn && fn->is_object() ? Member(*fn, "name") : nullptr;
   if (!IsNonEmptyString(name)) return FieldError("tool_choice", kShape);
   bool found = false;
   for (const Json& t : *tools) found = found || t["function"]["name"] == *name;
   if (!found) return FieldError("tool_choice", "names the function '" + name->get<std::string>() + "', which is not in 'tools'");
-  return FieldError("tool_choice", "naming a function is not supported yet: it needs constrained decoding");
+  *forced = name->get<std::string>();
+  return Status::Ok();
 }
 
 }  // namespace gyre::serve

@@ -4,6 +4,9 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include "serve/openai_protocol.h"
 
 namespace gyre::serve {
@@ -23,8 +26,11 @@ Status CheckTools(const Json& tools);
 
 // Applies tool_choice (`choice` may be null: absent) to the validated `tools` (null when absent):
 // "none" withholds the tools from the template (so the model is not offered them), "auto" keeps
-// them; "required" and a named function are refused (they need constrained decoding), a named
-// function that is not in `tools` first for that reason. Any choice but "none" needs tools.
-Status ApplyToolChoice(const Json* choice, Json* tools);
+// them, "required" and a named function keep them and force calls: `*forced` becomes "" for
+// "required" (one call or more, of any tool) or the function's name (exactly one call of it),
+// which the caller turns into a constraint (serve/tool_call_grammar.h). A named function that
+// is not in `tools` is refused. Any choice but "none" needs tools. `forced` is left empty
+// (nullopt) when no call is forced.
+Status ApplyToolChoice(const Json* choice, Json* tools, std::optional<std::string>* forced);
 
 }  // namespace gyre::serve

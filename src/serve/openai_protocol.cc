@@ -11,6 +11,7 @@
 #include "core/json_depth.h"
 #include "serve/openai_fields.h"
 #include "serve/openai_messages.h"
+#include "serve/tool_call_grammar.h"
 
 namespace gyre::serve {
 
@@ -419,7 +420,19 @@ Status ReadChatPrompt(const ChatPromptFields& in, ChatRequest* r) {
     GYRE_RETURN_IF_ERROR(CheckTools(*t));
     r->tools = *t;
   }
-  GYRE_RETURN_IF_ERROR(ApplyToolChoice(in.tool_choice, &r->tools));
+  GYRE_RETURN_IF_ERROR(ApplyToolChoice(in.tool_choice, &r->tools, &r->forced_tool));
+  if (r->forced_tool) {
+    if (r->gen.constraint) {
+      return FieldError("tool_choice", "'required' or a named function cannot be combined with '" +
+                                           r->gen.constraint_field + "': both constrain the output");
+    }
+    GYRE_ASSIGN_OR_RETURN(std::string re, GlmToolCallsRegex(r->tools, *r->forced_tool));
+    structured::ConstraintSpec spec;
+    spec.kind = structured::ConstraintSpec::Kind::kRegex;
+    spec.regex = std::move(re);
+    r->gen.constraint = std::move(spec);
+    r->gen.constraint_field = "tool_choice";
+  }
   r->chat_template_kwargs = Json::object();
   if (const Json* k = in.chat_template_kwargs) {
     if (!k->is_object()) return FieldError("chat_template_kwargs", "must be an object");

@@ -95,6 +95,9 @@ struct ChatRequest {
   // tool call arguments given as JSON text parsed to objects (as chat templates expect them).
   Json messages;
   Json tools;                 // null when absent or withheld (tool_choice "none")
+  // tool_choice "required" ("") or a named function (its name): calls are forced, by the
+  // constraint in gen (constraint_field "tool_choice"); nullopt otherwise.
+  std::optional<std::string> forced_tool;
   Json chat_template_kwargs;  // object, possibly empty (e.g. {"enable_thinking": false})
   bool add_generation_prompt = true;
   // vLLM: the prompt ends inside the final message (its content is non-empty text), which the

@@ -167,10 +167,17 @@ TEST(ParseChat, ToolsAndToolChoice) {
   auto missing = named("g");
   EXPECT_EQ(ErrorParam(missing), "tool_choice");
   EXPECT_NE(missing.error().message().find("'g', which is not in 'tools'"), std::string::npos);
+  // Forced calls: a regex constraint from tool_choice (the grammar is tested in forced_tool_calls_test).
   auto known = named("f");
-  EXPECT_EQ(ErrorParam(known), "tool_choice");
-  EXPECT_NE(known.error().message().find("constrained decoding"), std::string::npos);
-  EXPECT_EQ(ErrorParam(parse(tools + R"(, "tool_choice": "required")")), "tool_choice");
+  ASSERT_TRUE(known.ok()) << known.error().ToString();
+  EXPECT_EQ(known->forced_tool, "f");
+  ASSERT_TRUE(known->gen.constraint.has_value());
+  EXPECT_EQ(known->gen.constraint_field, "tool_choice");
+  EXPECT_NE(known->gen.constraint->regex.find("<tool_call>f"), std::string::npos);
+  auto required = parse(tools + R"(, "tool_choice": "required")");
+  ASSERT_TRUE(required.ok()) << required.error().ToString();
+  EXPECT_EQ(required->forced_tool, "");
+  EXPECT_EQ(ErrorParam(parse(tools + R"(, "tool_choice": "required", "guided_regex": "a")")), "tool_choice");
   EXPECT_EQ(ErrorParam(parse(R"("tool_choice": "auto")")), "tool_choice");  // no tools
   EXPECT_EQ(ErrorParam(parse(R"("tools": [{"type": "function", "function": {"name": ""}}])")), "tools[0].function.name");
   EXPECT_EQ(ErrorParam(parse(R"("tools": [{"type": "custom", "function": {"name": "f"}}])")), "tools[0].type");

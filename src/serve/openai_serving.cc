@@ -397,6 +397,15 @@ ChatParseOptions ChatParseOptionsFor(const ChatRequest& r, std::string_view prom
   return o;
 }
 
+// Forced calls (tool_choice "required" or named) are constrained to GLM's markup: the template
+// must offer the tools in it, or the model would be made to write a format it was not shown.
+Status CheckForcedToolMarkup(const ChatRequest& r, const ChatParseOptions& parse) {
+  if (!r.forced_tool || parse.parse_tool_calls) return Status::Ok();
+  return FieldError("tool_choice",
+                    "'required' and named functions force calls in GLM's tool-call markup (<tool_call>, "
+                    "<arg_key>), and this model's chat template does not offer tools in it");
+}
+
 Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const CompletionRequest& r) const {
   if (r.prompt_is_ids) return r.prompt_ids;
   return TextPromptIds(r.prompt_text, r.gen.add_special_tokens, "prompt");
@@ -595,9 +604,10 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   }
   s.echo = std::move(request.echo);
   s.parse = std::move(request.parse);
-  if (g.constraint) {  // constrained from the first token: the output is the content, never reasoning or markup
+  if (g.constraint) {  // constrained from the first token: never reasoning; markup only when calls are forced
     s.parse.split_reasoning = false;
-    s.parse.parse_tool_calls = false;
+    s.parse.reasoning_starts_inside = false;
+    s.parse.parse_tool_calls = g.constraint_field == "tool_choice";
   }
   if (s.parse.split_reasoning || s.parse.parse_tool_calls) s.output.keep_special = ChatMarkupTokens();
   if (responses) s.responses = std::make_shared<ResponsesOutput>(s.meta, std::move(request.responses));
@@ -649,6 +659,7 @@ Result<OpenAiServing::Prepared> OpenAiServing::PrepareResponses(std::string_view
   p.chat = true;
   GYRE_ASSIGN_OR_RETURN(p.prompt, TextPromptIds(text, r.chat.gen.add_special_tokens, "input"));
   p.parse = ChatParseOptionsFor(r.chat, text);
+  GYRE_RETURN_IF_ERROR(CheckForcedToolMarkup(r.chat, p.parse));
   p.gen = std::move(r.chat.gen);
   p.responses = std::move(r.echo);
   return p;
@@ -662,6 +673,7 @@ Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_vi
     GYRE_ASSIGN_OR_RETURN(const std::string text, ChatPromptText(r));
     GYRE_ASSIGN_OR_RETURN(p.prompt, TextPromptIds(text, r.gen.add_special_tokens, "messages"));
     p.parse = ChatParseOptionsFor(r, text);
+    GYRE_RETURN_IF_ERROR(CheckForcedToolMarkup(r, p.parse));
     // vLLM's chat echo: the final message's content when it has the answer's role.
     const Json& last = r.messages.back();
     const Json content = last.value("content", Json());
