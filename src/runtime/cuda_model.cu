@@ -1382,6 +1382,8 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     return Status::InvalidArgument("cuda model: max_seqs, max_batch_tokens, kv_tokens and page_tokens must be >= 1");
   if (opts.gpu_memory_utilization < 0 || opts.gpu_memory_utilization > 1)
     return Status::InvalidArgument("cuda model: gpu_memory_utilization must be in (0, 1]");
+  if (opts.reserve_fraction < 0 || opts.reserve_fraction >= 1)
+    return Status::InvalidArgument("cuda model: reserve_fraction must be in [0, 1)");
   auto impl = std::make_unique<CudaModel::Impl>();
   impl->c = config;
   impl->opts = opts;
@@ -1405,7 +1407,12 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
         if (impl->w.layers[l].has_indexer) row_bytes += 3 * c.index_head_dim * 4;
       }
     }
-    const double usable = std::max(0.0, static_cast<double>(free_b) - static_cast<double>(std::max<int64_t>(opts.reserve_bytes, 0)));
+    int64_t reserve = std::max<int64_t>(opts.reserve_bytes, 0);
+    if (reserve == 0 && opts.reserve_fraction > 0) {
+      reserve = static_cast<int64_t>(opts.reserve_fraction * opts.gpu_memory_utilization * static_cast<double>(free_b));
+    }
+    impl->stats.reserved_bytes = reserve;
+    const double usable = std::max(0.0, static_cast<double>(free_b) - static_cast<double>(reserve));
     const double budget = opts.gpu_memory_utilization * usable -
                           static_cast<double>(state_per_slot * opts.max_seqs);
     if (row_bytes > 0) {

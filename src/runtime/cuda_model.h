@@ -49,6 +49,11 @@ struct CudaModelOptions {
   // With gpu_memory_utilization: bytes kept out of the pool for a later ReserveCheckpoints (the
   // prefix cache's KDA checkpoint budget), subtracted from the free memory before the fraction.
   int64_t reserve_bytes = 0;
+  // With gpu_memory_utilization and no reserve_bytes: this fraction of the memory budget
+  // (gpu_memory_utilization x free after weights and scratch) is kept out of the pool instead, for
+  // the prefix cache's automatic checkpoint budget (gyre serve's default: 0.1 with prefix caching).
+  // What was kept is CudaModelStats::reserved_bytes.
+  double reserve_fraction = 0;
   int64_t max_seq_tokens = 0;        // longest sequence (block-table width); 0: min(kv_tokens, 2^17)
   int64_t page_tokens = 64;
   uint64_t seed = 0;                 // random weights
@@ -58,6 +63,7 @@ struct CudaModelOptions {
 
 struct CudaModelStats {
   int64_t weight_bytes = 0, kv_bytes = 0, state_bytes = 0, scratch_bytes = 0;
+  int64_t reserved_bytes = 0;  // kept out of the pool (reserve_bytes, or reserve_fraction's share)
   int64_t graphs = 0, graph_replays = 0;
   // With profile_layers: milliseconds of the last eager step: embedding, each layer, head.
   double embed_ms = 0, head_ms = 0;
