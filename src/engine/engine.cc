@@ -71,6 +71,7 @@ struct Request {
   // the ids of its verify piece in flight: its next known token, then the drafts.
   bool spec = false;
   std::vector<int32_t> spec_ids;
+  std::unique_ptr<NgramIndex> ngram;  // its n-gram drafter (made at its first speculative step)
   // Phase boundaries for Usage (steady clock): Submit, first admission, first and last token.
   // Zero until reached; a preempted request keeps its first admission.
   std::chrono::steady_clock::time_point submitted, first_scheduled, first_token, last_token;
@@ -439,7 +440,8 @@ class EngineImpl final : public Engine {
         const SpeculativeOptions& so = opts_.speculative;
         const int64_t k = std::min({so.num_speculative_tokens, r->params.max_tokens - r->num_generated() - 1, budget - 1});
         std::vector<int32_t> drafts;
-        if (NgramDraft(r->tokens, so.prompt_lookup_min, so.prompt_lookup_max, k, &drafts)) {
+        if (!r->ngram) r->ngram = std::make_unique<NgramIndex>(so.prompt_lookup_min, so.prompt_lookup_max);
+        if (r->ngram->Draft(r->tokens, k, &drafts)) {
           r->spec_ids.assign(1, r->tokens.back());
           r->spec_ids.insert(r->spec_ids.end(), drafts.begin(), drafts.end());
           p->ids = r->spec_ids;

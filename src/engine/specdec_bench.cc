@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/ngram_draft.h"
 #include "runtime/model.h"
 
 namespace gyre {
@@ -123,6 +125,39 @@ int main(int argc, char** argv) {
                             {"batch", 1}, {"overlap_steps", false},
                             {"speculative_config",
                              R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2})"}};
+  // The drafter alone: microseconds per decode step of one sequence at several lengths, the
+  // whole-sequence scan (NgramDraft) vs the incremental index the engine uses (NgramIndex, fed one
+  // token per step, as the engine does). Random tokens over 4096 ids: few n-grams recur, so the
+  // scan walks the whole sequence (its worst case, and the common one for prose).
+  {
+    std::mt19937 rng(1);
+    nlohmann::json scan_us, index_us;
+    for (int64_t len : {1024, 8192, 32768, 131072}) {
+      std::vector<int32_t> t(static_cast<size_t>(len));
+      for (int32_t& x : t) x = static_cast<int32_t>(rng() % 4096);
+      const int64_t steps = 256;
+      std::vector<int32_t> d;
+      int64_t found = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < steps; ++i) {
+        found += NgramDraft(std::span<const int32_t>(t.data(), len - steps + i), 2, 4, 3, &d);
+      }
+      auto t1 = std::chrono::steady_clock::now();
+      NgramIndex index(2, 4);
+      index.Draft(std::span<const int32_t>(t.data(), len - steps), 3, &d);  // the prefill's tokens
+      auto t2 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < steps; ++i) {
+        found -= index.Draft(std::span<const int32_t>(t.data(), len - steps + i), 3, &d);
+      }
+      auto t3 = std::chrono::steady_clock::now();
+      if (found != 0) std::fprintf(stderr, "drafter mismatch at length %lld\n", static_cast<long long>(len));
+      const std::string key = std::to_string(len);
+      scan_us[key] = std::chrono::duration<double, std::micro>(t1 - t0).count() / steps;
+      index_us[key] = std::chrono::duration<double, std::micro>(t3 - t2).count() / steps;
+    }
+    out["metrics"]["drafter_us_per_step_scan"] = scan_us;
+    out["metrics"]["drafter_us_per_step_index"] = index_us;
+  }
   out["meta"]["model"] = {{"source", argv[1]}};
   std::printf("%s\n", out.dump(2).c_str());
   return identical ? 0 : 1;

@@ -7,7 +7,8 @@
 // First byte odd: bytes 1..3 are n_min, n_max and k (small, possibly 0), the rest tokens over a
 // 4-symbol alphabet (so n-grams recur). NgramDraft must equal a brute-force definition: the
 // longest n in [max(n_min, 1), min(n_max, size - 1)] whose final n-gram occurs earlier with a
-// token after it, its latest such occurrence, and up to k tokens that followed (trap otherwise).
+// token after it, its latest such occurrence, and up to k tokens that followed (trap otherwise);
+// NgramIndex (the incremental drafter the engine uses) must equal NgramDraft on every prefix.
 //
 // Run: scripts/fuzz.sh (seeds: src/engine/testdata/fuzz_speculative/).
 #include <algorithm>
@@ -66,5 +67,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool w = ReferenceDraft(tokens, n_min, n_max, k, &want);
   if (g != w || got != want) __builtin_trap();
   if (g && (got.empty() || static_cast<int64_t>(got.size()) > k)) __builtin_trap();
+  // The incremental index, fed every prefix in turn (as the engine feeds a growing sequence),
+  // answers as NgramDraft at each length; then a shorter sequence (a rebuild) once more.
+  gyre::NgramIndex index(n_min, n_max);
+  std::vector<int32_t> a, b;
+  for (size_t len = 0; len <= tokens.size(); ++len) {
+    const std::span<const int32_t> prefix(tokens.data(), len);
+    const bool x = index.Draft(prefix, k, &a);
+    const bool y = gyre::NgramDraft(prefix, n_min, n_max, k, &b);
+    if (x != y || a != b) __builtin_trap();
+  }
+  const std::span<const int32_t> half(tokens.data(), tokens.size() / 2);
+  const bool x = index.Draft(half, k, &a);
+  if (x != gyre::NgramDraft(half, n_min, n_max, k, &b) || a != b) __builtin_trap();
   return 0;
 }

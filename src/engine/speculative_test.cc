@@ -47,6 +47,32 @@ TEST(NgramDraft, LatestLongestMatch) {
   EXPECT_EQ(out, (std::vector<int32_t>{1}));
 }
 
+// The engine's incremental drafter answers as NgramDraft on every prefix of random sequences
+// over small alphabets (n-grams recur), and after a sequence that does not extend the last one.
+TEST(NgramIndex, EqualsNgramDraftOnEveryPrefix) {
+  std::mt19937 rng(5);
+  int64_t hits = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int alphabet = 2 + trial % 5;
+    const int64_t n_min = 1 + trial % 3, n_max = n_min + trial % 4, k = 1 + trial % 6;
+    std::vector<int32_t> t(300);
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % alphabet);
+    NgramIndex index(n_min, n_max);
+    std::vector<int32_t> a, b;
+    for (size_t len = 0; len <= t.size(); ++len) {
+      const std::span<const int32_t> prefix(t.data(), len);
+      const bool x = index.Draft(prefix, k, &a);
+      ASSERT_EQ(x, NgramDraft(prefix, n_min, n_max, k, &b)) << trial << " " << len;
+      ASSERT_EQ(a, b) << trial << " " << len;
+      hits += x;
+    }
+    t[100] = alphabet;  // a different sequence: rebuilt, still equal
+    ASSERT_EQ(index.Draft(t, k, &a), NgramDraft(t, n_min, n_max, k, &b));
+    ASSERT_EQ(a, b);
+  }
+  EXPECT_GT(hits, 1000);
+}
+
 TEST(SpeculativeConfig, ParsesVllmJsonAndRefusesTheRest) {
   auto o = ParseSpeculativeConfig(
       R"({"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":6,"prompt_lookup_min":3})");
