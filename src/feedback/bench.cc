@@ -11,6 +11,7 @@
 
 #include "core/trace.h"
 #include "feedback/analyze.h"
+#include "feedback/engine_scenario.h"
 #include "feedback/trace_export.h"
 
 namespace gyre::feedback {
@@ -315,8 +316,11 @@ Result<std::map<std::string, double>> RunScenario(const Model& m, const nlohmann
       out["ms"] = 1000 * t.total_s;
       out["step_ms"] = 1000 * Quantile(t.step_s, 0.5);
       out["tok_s"] = static_cast<double>((batch + chunk) * steps) / t.total_s;
+    } else if (kind == "engine_load") {
+      return RunEngineScenario(m, spec, repeat);
     } else {
-      return Status::InvalidArgument("unknown scenario kind '" + kind + "' (prefill, decode, mixed, long_context)");
+      return Status::InvalidArgument("unknown scenario kind '" + kind +
+                                     "' (prefill, decode, mixed, long_context, engine_load)");
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::InvalidArgument(std::string("scenario spec: ") + e.what());

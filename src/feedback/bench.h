@@ -5,7 +5,8 @@
 //   BenchModel: prefill tokens/s and decode tokens/s at several batch sizes of a Model, with a
 //     trace-based per-op breakdown; gyre result JSON ({meta, metrics, directions}) that
 //     `gyre compare` reads.
-//   RunScenario: one repeat of a gate scenario kind (prefill, decode, mixed, long_context).
+//   RunScenario: one repeat of a gate scenario kind (prefill, decode, mixed, long_context; and
+//     engine_load, which drives the engine: feedback/engine_scenario.h).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,78 @@
+// The engine_load gate scenario (feedback/engine_scenario.h) on the glm5_tiny fixture: its
+// load runs through the engine (counts, cancellations, preemptions under memory pressure, no
+// leaks), its spec errors are named, and the gate file that uses it parses. Only counts are
+// asserted here; the timing metrics are for gates (bench/gates/cpu_engine_load.json).
+#include <gtest/gtest.h>
+
+#include "feedback/bench.h"
+#include "feedback/engine_scenario.h"
+#include "feedback/gate_spec.h"
+#include "runtime/model.h"
+
+namespace gyre::feedback {
+namespace {
+
+const Model& Tiny() {
+  static const std::unique_ptr<Model> m = [] {
+    auto r = Model::Load(std::string(GYRE_SOURCE_DIR) + "/tests/fixtures/glm5_tiny");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(*r) : nullptr;
+  }();
+  return *m;
+}
+
+TEST(EngineScenario, ArrivalsAmongDecodesCompleteWithoutLeaks) {
+  const nlohmann::json spec = {{"kind", "engine_load"}, {"decodes", 3},   {"decode_tokens", 24},
+                               {"prompts", 4},          {"prompt_len", 90}, {"max_tokens", 3},
+                               {"cancel_every", 2},     {"max_num_batched_tokens", 32}};
+  auto m = RunScenario(Tiny(), spec, 0);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->at("completed"), 7);
+  EXPECT_EQ(m->at("errors"), 0);
+  EXPECT_EQ(m->at("leaked_pages"), 0);
+  EXPECT_EQ(m->at("leaked_slots"), 0);
+  EXPECT_EQ(m->at("preemptions"), 0);  // plenty of memory
+  ASSERT_TRUE(m->count("itl_ms_p99"));  // the decodes ran while the prompts arrived
+  EXPECT_GE(m->at("itl_ms_p99"), m->at("itl_ms_p50"));
+  EXPECT_GT(m->at("fairness"), 0);
+  EXPECT_LE(m->at("fairness"), 1.0 + 1e-9);
+}
+
+TEST(EngineScenario, MemoryPressurePreemptsAndStillDrains) {
+  // Pages for about two of the six sequences at full length: admission waits and the engine
+  // preempts; everything still completes and every page comes back.
+  nlohmann::json spec = {{"kind", "engine_load"}, {"decodes", 2},  {"decode_prompt_len", 20}, {"decode_tokens", 60},
+                         {"prompts", 4},          {"prompt_len", 60}, {"max_tokens", 20},     {"kv_page_tokens", 16},
+                         {"max_num_batched_tokens", 64}};
+  spec["kv_pages"] = 14;  // 14 pages of 16 tokens: 224 tokens of the 480 wanted
+  auto m = RunScenario(Tiny(), spec, 1);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->at("completed"), 6);
+  EXPECT_EQ(m->at("errors"), 0);
+  EXPECT_GT(m->at("preemptions"), 0);
+  EXPECT_EQ(m->at("leaked_pages"), 0);
+  EXPECT_EQ(m->at("leaked_slots"), 0);
+  EXPECT_GT(m->at("max_queue_ms"), 0);
+}
+
+TEST(EngineScenario, BadSpecsAreNamed) {
+  auto none = RunScenario(Tiny(), {{"kind", "engine_load"}}, 0);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("decodes"), std::string::npos);
+  auto short_decode = RunScenario(Tiny(), {{"kind", "engine_load"}, {"decodes", 1}, {"decode_tokens", 1}}, 0);
+  ASSERT_FALSE(short_decode.ok());
+  auto kind = RunScenario(Tiny(), {{"kind", "engine_lod"}}, 0);
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().message().find("engine_load"), std::string::npos);
+}
+
+TEST(EngineScenario, GateFileParses) {
+  auto file = ReadGateFile(std::string(GYRE_SOURCE_DIR) + "/bench/gates/cpu_engine_load.json");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto spec = ParseGate(*file);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  for (const auto& [name, sc] : spec->scenarios) EXPECT_EQ(sc["kind"], "engine_load") << name;
+}
+
+}  // namespace
+}  // namespace gyre::feedback
