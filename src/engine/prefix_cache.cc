@@ -165,6 +165,14 @@ void PrefixCache::Attach(const Seq& seq, int64_t j, CheckpointId c) {
   meta_[p].ckpt = c;
   ckpts_[c].block = p;
   ckpts_[c].lru = ckpt_lru_.insert(ckpt_lru_.end(), c);
+  // The checkpoints above it in its chain are shadowed: a lookup through this block restores from
+  // the deepest one, so they serve only prompts that leave the chain earlier. They go to the
+  // front of the LRU (evicted first, nearest the root first), which keeps each conversation's
+  // deepest checkpoint when several compete for a small budget (with plain LRU, the cyclic turns
+  // of 4 conversations over 35 checkpoints evicted exactly the ones the next turn needed).
+  for (PageId a = meta_[p].parent; a >= 0; a = meta_[a].parent) {
+    if (meta_[a].ckpt >= 0) ckpt_lru_.splice(ckpt_lru_.begin(), ckpt_lru_, ckpts_[meta_[a].ckpt].lru);
+  }
 }
 
 void PrefixCache::Drop(const Seq& seq, int64_t j, CheckpointId c) {

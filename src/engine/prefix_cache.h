@@ -14,7 +14,8 @@
 // Checkpoints. A KDA checkpoint holds one slot's state (conv tails + recurrent states of every
 // KDA layer) after the last token of a cached block, so a hit restores the state at that block's
 // end and prefills only the rest. Checkpoints have their own pool (the byte budget / the runner's
-// bytes_per_slot) and their own LRU; a block loses its checkpoint when either is evicted. A model
+// bytes_per_slot) and their own LRU, in which a checkpoint shadowed by a deeper one of its chain
+// (attached later) is demoted to the front; a block loses its checkpoint when either is evicted. A model
 // without KDA layers needs no state: every cached block is a restore point.
 //
 // Invariants (checked): every referenced block's parent is referenced (a sequence holds its whole

@@ -69,6 +69,37 @@ TEST(PrefixCache, PublishedChainIsFoundUpToTheDeepestCheckpoint) {
   EXPECT_EQ(cache.stats().block_evictions, 3);
 }
 
+// Checkpoints compete for a small budget: one shadowed by a deeper checkpoint of its chain is
+// evicted before any chain's deepest, even a deepest one used longer ago (plain LRU would evict
+// chain A's deepest, the oldest, and lose A's next turn).
+TEST(PrefixCache, ShadowedCheckpointsAreEvictedBeforeAChainsDeepest) {
+  IdPool pages(32, "pages");
+  PrefixCache cache(&pages, 2, 5, /*needs_state=*/true);
+  const std::vector<int32_t> ta = Seq({1, 1, 2, 2, 3, 3, 9}), tb = Seq({7, 7, 8, 8, 9, 9, 1});
+  auto table_a = *pages.Allocate(4), table_b = *pages.Allocate(4);
+  PrefixCache::Seq a, b;
+  cache.Acquire(ta, 6, &a);
+  cache.Publish(&a, ta, table_a, 3);
+  for (int64_t j = 0; j < 3; ++j) cache.Attach(a, j, cache.NewCheckpoint());  // A0, A1, then A2 (deepest)
+  cache.Acquire(tb, 6, &b);
+  cache.Publish(&b, tb, table_b, 2);
+  for (int64_t j = 0; j < 2; ++j) cache.Attach(b, j, cache.NewCheckpoint());  // B0, then B1
+  EXPECT_EQ(cache.stats().checkpoints_used, 5);
+  // Three more checkpoints (the budget is 5): the shadowed A0, A1, B0 go, A2 and B1 stay.
+  std::vector<CheckpointId> extra;
+  for (int i = 0; i < 3; ++i) {
+    extra.push_back(cache.NewCheckpoint());
+    ASSERT_GE(extra.back(), 0);
+  }
+  EXPECT_EQ(cache.stats().checkpoint_evictions, 3);
+  PrefixCache::Seq a2, b2;
+  EXPECT_EQ(cache.Acquire(ta, 6, &a2).tokens, 6);  // A's deepest (3 blocks) survived
+  EXPECT_EQ(cache.Acquire(tb, 6, &b2).tokens, 4);  // so did B's
+  for (CheckpointId c : extra) cache.FreeCheckpoint(c);
+  cache.Release(&a2);
+  cache.Release(&b2);
+}
+
 TEST(PrefixCache, ReferencedBlocksAreNeverEvictedAndDuplicatesShareTheCachedBlock) {
   IdPool pages(8, "pages");
   PrefixCache cache(&pages, 2, 2, true);
