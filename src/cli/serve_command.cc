@@ -326,10 +326,14 @@ int RunServe(ServeArgs a) {
     co.seed = a.seed;
     co.gpu_memory_utilization = a.gpu_memory_utilization;
     co.reserve_bytes = checkpoint_bytes;  // an explicit prefix-cache checkpoint budget is not the pool's
-    // auto: a tenth of the memory budget, kept out of the pool for the checkpoints (the engine's own
+    // auto: a tenth of the memory budget or 4 states per sequence slot if more, at most a quarter,
+    // kept out of the pool for the checkpoints (the engine's own
     // auto, max(256M, 4 states), is too small on the GPU: 4 of the full-depth model's 152 MB
     // states, which 4 conversations evict before their next turn).
-    if (a.enable_prefix_caching && checkpoint_bytes == 0 && a.gpu_memory_utilization > 0) co.reserve_fraction = 0.1;
+    if (a.enable_prefix_caching && checkpoint_bytes == 0 && a.gpu_memory_utilization > 0) {
+      co.reserve_fraction = 0.1;
+      co.reserve_min_states = 4 * a.max_num_seqs;
+    }
     co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
     auto gpu = random ? CudaModel::Random(config, co) : CudaModel::FromHost(config, model->weights(), co);
     if (!gpu.ok()) return Fail(gpu.error());
@@ -346,7 +350,7 @@ int RunServe(ServeArgs a) {
     backend_line = line;
     if (co.reserve_fraction > 0 && st.reserved_bytes > 0) {
       eo.prefix_cache_checkpoint_bytes = st.reserved_bytes;
-      std::snprintf(line, sizeof line, "; prefix-cache checkpoints %.2f GiB (auto: 0.1 of the budget)",
+      std::snprintf(line, sizeof line, "; prefix-cache checkpoints %.2f GiB (auto: max(0.1 of the budget, 4 states per slot), <= 0.25)",
                     st.reserved_bytes / 1073741824.0);
       backend_line += line;
     }
@@ -554,7 +558,8 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
               "on by default");
   s->add_option("--prefix-cache-checkpoint-bytes", args->prefix_cache_checkpoint_bytes,
                 "budget of the KDA state checkpoints of the prefix cache (suffixes K, M, G), or auto: on cuda with "
-                "--gpu-memory-utilization, a tenth of the memory budget; otherwise max(256M, 4 checkpoints)")
+                "--gpu-memory-utilization, max(a tenth of the memory budget, 4 states per --max-num-seqs), at most a quarter; "
+                "otherwise max(256M, 4 checkpoints)")
       ->capture_default_str();
   s->add_option("--prefix-cache-checkpoint-interval", args->prefix_cache_checkpoint_interval,
                 "during prefill, a KDA checkpoint every N blocks (--kv-page-tokens each) besides the prompt's end; 0: "

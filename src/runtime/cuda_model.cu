@@ -1409,7 +1409,10 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     }
     int64_t reserve = std::max<int64_t>(opts.reserve_bytes, 0);
     if (reserve == 0 && opts.reserve_fraction > 0) {
-      reserve = static_cast<int64_t>(opts.reserve_fraction * opts.gpu_memory_utilization * static_cast<double>(free_b));
+      const double budget_b = opts.gpu_memory_utilization * static_cast<double>(free_b);
+      const double want = std::max(opts.reserve_fraction * budget_b,
+                                   static_cast<double>(std::max<int64_t>(opts.reserve_min_states, 0) * state_per_slot));
+      reserve = static_cast<int64_t>(std::min(want, 0.25 * budget_b));
     }
     impl->stats.reserved_bytes = reserve;
     const double usable = std::max(0.0, static_cast<double>(free_b) - static_cast<double>(reserve));

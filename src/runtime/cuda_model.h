@@ -54,6 +54,9 @@ struct CudaModelOptions {
   // the prefix cache's automatic checkpoint budget (gyre serve's default: 0.1 with prefix caching).
   // What was kept is CudaModelStats::reserved_bytes.
   double reserve_fraction = 0;
+  // With reserve_fraction: keep at least this many KDA states' bytes (one checkpoint each), up to
+  // a quarter of the memory budget.
+  int64_t reserve_min_states = 0;
   int64_t max_seq_tokens = 0;        // longest sequence (block-table width); 0: min(kv_tokens, 2^17)
   int64_t page_tokens = 64;
   uint64_t seed = 0;                 // random weights
