@@ -304,9 +304,10 @@ test('request fields: honoured or refused by name, never ignored (docs/serve.md)
     [{ response_format: { type: 'json_schema', json_schema: { name: 'd', schema: { type: 'string', format: 'date' } } } },
       'response_format'],
     [{ reasoning_effort: 'low' }, 'reasoning_effort'],
-    [{ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' }, 'tool_choice'],
     [{ tools: [{ type: 'function', function: { name: 'f' } }],
        tool_choice: { type: 'function', function: { name: 'g' } } }, 'tool_choice'],
+    [{ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required',
+       response_format: { type: 'json_object' } }, 'tool_choice'],
     [{ tools: [{ type: 'function', function: {} }] }, 'tools[0].function.name'],
     [{ guided_choice: [] }, 'guided_choice'],
     [{ frobnicate: 1 }, 'frobnicate'],
@@ -316,6 +317,13 @@ test('request fields: honoured or refused by name, never ignored (docs/serve.md)
     const e = await expectApiError(400, () => client.chat.completions.create({ model: MODEL, messages, ...extra }));
     assert.equal(e.param, param, `${JSON.stringify(extra)}: ${e.message}`);
   }
+  // A named tool choice is honoured: constrained decoding writes exactly one call of that tool.
+  const forced = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 32, temperature: 0,
+    tools: [{ type: 'function', function: { name: 'f' } }, { type: 'function', function: { name: 'h' } }],
+    tool_choice: { type: 'function', function: { name: 'h' } } });
+  assert.equal(forced.choices[0].finish_reason, 'tool_calls', JSON.stringify(forced));
+  assert.deepEqual(forced.choices[0].message.tool_calls.map((c) => c.function.name), ['h']);
+  assert.equal(forced.choices[0].message.tool_calls[0].function.arguments, '{}');
   // include_stop_str_in_output keeps the matched stop string, streamed or not.
   const req = { model: MODEL, prompt: 'Stop here:', max_tokens: 24, temperature: 0, ignore_eos: true };
   const full = (await client.completions.create(req)).choices[0].text;
@@ -472,12 +480,18 @@ test('responses: a function tool and its output round-trip through input items',
   const third = await client.responses.create({ model: MODEL, tools, max_output_tokens: 4,
     input: [...input, ...second.output, { role: 'user', content: 'Thanks.' }] });
   assert.ok(third.usage.input_tokens > second.usage.input_tokens);
-  // Refused by name: stored state, strict tools, required tool choice.
+  // A named tool choice is honoured: the output is one call of that tool.
+  const ping = { type: 'function', name: 'ping', parameters: { type: 'object', properties: {} } };
+  const named = await client.responses.create({ model: MODEL, input: 'x', tools: [...tools, ping],
+    max_output_tokens: 64, temperature: 0, tool_choice: { type: 'function', name: 'ping' } });
+  assert.deepEqual(named.output.filter((o) => o.type === 'function_call').map((o) => [o.name, o.arguments]),
+    [['ping', '{}']], JSON.stringify(named.output));
+  // Refused by name: stored state, strict tools, a tool choice naming no tool.
   const refused = [
     [{ previous_response_id: first.id }, 'previous_response_id'],
     [{ store: true }, 'store'],
     [{ tools: [{ ...tools[0], strict: true }] }, 'tools[0].strict'],
-    [{ tools, tool_choice: 'required' }, 'tool_choice'],
+    [{ tools, tool_choice: { type: 'function', name: 'no_such_tool' } }, 'tool_choice'],
     [{ text: { format: { type: 'json_object' } } }, 'text'],
   ];
   for (const [extra, param] of refused) {
