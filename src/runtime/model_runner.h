@@ -270,6 +270,7 @@ class RunnerSession {
     std::span<const int32_t> ids;
     SampleSpec sample;
     bool all_logits = false;
+    const PromptEmbeds* embeds = nullptr;  // StepPiece::embeds
   };
   // One step over the sequences' new tokens: pages are taken (all or nothing: ResourceExhausted),
   // the runner steps, and the sequences advance. `out` / `logits` as in ModelRunner::Step.
