@@ -7,7 +7,8 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev
       nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libopenblas-openmp-dev
-      clang-14 libclang-rt-14-dev libomp-14-dev python3 libboost1.81-dev prometheus libxxhash-dev)
+      clang-14 libclang-rt-14-dev libomp-14-dev python3 libboost1.81-dev prometheus libxxhash-dev
+      libpng-dev libjpeg62-turbo-dev zlib1g-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

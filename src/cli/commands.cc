@@ -39,6 +39,8 @@
 #include "feedback/trace_export.h"
 #include "model/quantize_checkpoint.h"
 #include "runtime/generate.h"
+#include "serve/image_inputs.h"
+#include "serve/openai_protocol.h"
 #include "runtime/model.h"
 #include "tokenizer/tokenizer.h"
 #ifdef GYRE_CUDA
@@ -89,6 +91,7 @@ std::string ReadAll(std::istream& in) {
 
 struct GenerateArgs {
   std::string model, prompt, ids;
+  std::vector<std::string> images;  // --image FILE (repeatable): PNG / JPEG before the prompt
   int64_t max_tokens = 32;
   float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
   int64_t top_k = 0;
@@ -106,6 +109,30 @@ Result<ModelOptions> ParseAct(const std::string& act) {
   else if (act == "bf16") o.act = ActDType::kBf16;
   else return Status::InvalidArgument("--act must be f32 or bf16");
   return o;
+}
+
+// --image: each image's placeholder block (image start, image tokens, image end) before the
+// prompt's ids, and the CPU vision tower's rows for them (docs/vision.md).
+Result<serve::ImagePrompt> ImagePromptForGenerate(const GenerateArgs& a, const std::vector<int32_t>& prompt) {
+  GYRE_ASSIGN_OR_RETURN(auto enc, serve::LoadImageEncoder(a.model, {}));
+  std::vector<serve::EncodedImage> encoded;
+  std::string text;
+  for (const std::string& path : a.images) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return Status::NotFound("--image " + path + ": cannot open");
+    const std::string s = ReadAll(f);
+    GYRE_ASSIGN_OR_RETURN(serve::EncodedImage e,
+                          serve::EncodeImage(*enc, std::vector<uint8_t>(s.begin(), s.end()), "--image " + path));
+    encoded.push_back(std::move(e));
+    text += serve::kImageSentinel;
+  }
+  // The images' blocks have no text around them: the prompt's ids follow.
+  GYRE_ASSIGN_OR_RETURN(serve::ImagePrompt ip,
+                        serve::BuildImagePrompt(text, encoded, enc->config, [](const std::string&, bool) {
+                          return Result<std::vector<int32_t>>(std::vector<int32_t>{});
+                        }));
+  ip.ids.insert(ip.ids.end(), prompt.begin(), prompt.end());
+  return ip;
 }
 
 int RunGenerate(const GenerateArgs& a) {
@@ -132,6 +159,13 @@ int RunGenerate(const GenerateArgs& a) {
     prompt = *ids;
   }
   GenerateOptions go;
+  if (!a.images.empty()) {
+    if (a.backend != "cpu") return Fail(Status::Unimplemented("--image needs --backend cpu (docs/vision.md)"));
+    auto ip = ImagePromptForGenerate(a, prompt);
+    if (!ip) return Fail(ip.error());
+    prompt = std::move(ip->ids);
+    go.prompt_embeds.push_back(std::move(ip->embeds));
+  }
   go.max_tokens = a.max_tokens;
   go.sampling = {a.temperature, a.top_k, a.top_p, a.min_p, a.seed};
   go.prefill_chunk = a.prefill_chunk;
@@ -371,6 +405,8 @@ int Main(int argc, char** argv) {
   auto* p_opt = gen->add_option("--prompt", g.prompt, "prompt text");
   auto* i_opt = gen->add_option("--ids", g.ids, "prompt token ids, comma separated");
   p_opt->excludes(i_opt);
+  gen->add_option("--image", g.images, "PNG or JPEG file placed before the prompt (repeatable; cpu backend; "
+                                        "the model's vision tower)");
   gen->add_option("--max-tokens", g.max_tokens, "maximum new tokens")->check(CLI::NonNegativeNumber);
   gen->add_option("--temperature", g.temperature, "0 = greedy");
   gen->add_option("--top-p", g.top_p);

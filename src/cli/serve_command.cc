@@ -68,6 +68,7 @@ struct ServeArgs {
   std::string config;             // --config FILE: random weights (cuda)
   bool random_weights = false;
   std::string tokenizer;          // tokenizer.json for --config (default: the bundled fixture tokenizer)
+  std::string allowed_local_media_path;  // image_url file:// under this folder (docs/vision.md)
   std::string dtype = "auto";     // cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16
   double gpu_memory_utilization = 0.9;
   uint64_t seed = 0;
@@ -154,6 +155,27 @@ struct DisaggPair {
   std::unique_ptr<transfer::Connection> to_decode, from_prefill;
   std::unique_ptr<transfer::DisaggRunner> runner;
 };
+
+// Image inputs (docs/vision.md): the CPU vision tower of a model that has one. The cuda backend
+// and random-weight servers refuse images (with the reason in the 400).
+Status AttachImageEncoder(const std::string& model_dir, bool no_tower_backend, const std::string& media_path,
+                          serve::ServerDeps* deps) {
+  if (no_tower_backend) {
+    deps->images_refused_reason = "the vision tower runs on the cpu backend only (docs/vision.md)";
+    return Status::Ok();
+  }
+  serve::ImageInputOptions o;
+  o.allowed_local_media_path = media_path;
+  auto enc = serve::LoadImageEncoder(model_dir, o);
+  if (enc.ok()) {
+    deps->images = *enc;
+  } else if (enc.status().code() == StatusCode::kNotFound && enc.status().message().find("vision_config") != std::string::npos) {
+    deps->images_refused_reason = "the model has no vision tower";
+  } else {
+    return enc.status().WithContext("vision tower");
+  }
+  return Status::Ok();
+}
 
 Result<DisaggPair> MakeLocalPair(const Model& model, const EngineOptions& eo) {
   CpuRunnerOptions ro;
@@ -397,6 +419,10 @@ int RunServe(ServeArgs a) {
   if (tpl) {
     deps.render_chat = [tpl](const serve::Json& ctx) { return tpl->Render(ctx); };
   }
+  if (Status s = AttachImageEncoder(a.model, cuda || random, a.allowed_local_media_path, &deps); !s.ok()) {
+    (*engine)->Stop();
+    return Fail(s);
+  }
   if (!a.trace_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(a.trace_dir, ec);
@@ -530,6 +556,8 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "each prefill's pages and KDA state moved over TCP loopback by the checked transfer protocol; "
                 "no prefix caching)")
       ->check(CLI::IsMember({"both", "local-pair"}));
+  s->add_option("--allowed-local-media-path", args->allowed_local_media_path,
+                "image_url parts may name file:// images inside this folder (default: file:// refused)");
   s->add_option("--backend", args->backend, "cpu (default) or cuda (the model on one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   s->add_option("--config", args->config, "cuda: config.json served with random weights built on the GPU (benchmarks)");

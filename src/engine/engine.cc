@@ -131,6 +131,17 @@ class EngineImpl final : public Engine {
       }
     }
     if (p.max_tokens < 1) return Status::InvalidArgument("max_tokens must be >= 1");
+    if (p.prompt_embeds) {
+      if (runner_.backend() != "cpu" && runner_.backend() != "disagg:cpu")
+        return Status::Unimplemented("image inputs need the cpu backend: the vision tower and prompt embeddings "
+                                     "are not built for the " + runner_.backend() + " backend");
+      const PromptEmbeds& e = *p.prompt_embeds;
+      if (e.width != c.hidden_size || e.rows.size() != e.positions.size() * static_cast<size_t>(e.width) ||
+          !std::is_sorted(e.positions.begin(), e.positions.end()) ||
+          (!e.positions.empty() && (e.positions.front() < 0 ||
+                                    e.positions.back() >= static_cast<int64_t>(p.prompt.size()))))
+        return Status::InvalidArgument("prompt embeddings do not fit the prompt or the model's hidden size");
+    }
     if (p.top_logprobs < 0 || p.top_logprobs > 20) return Status::InvalidArgument("top_logprobs must be in [0, 20]");
     GYRE_RETURN_IF_ERROR(ops::ValidateSampling(p.sampling));
     if (p.sampling.min_tokens > p.max_tokens)
@@ -302,6 +313,7 @@ class EngineImpl final : public Engine {
   // Publishes the request's full blocks whose tokens are known and written, and attaches a
   // pending decode checkpoint once its block is settled.
   void SettleCache(Request& r) {
+    if (r.params.prompt_embeds) return;  // never published (see admission)
     const int64_t known = std::min<int64_t>(r.num_scheduled, static_cast<int64_t>(r.tokens.size()));
     cache_->Publish(&r.cache, r.tokens, r.pages, known / cap_.page_tokens);
     if (r.pending_ckpt >= 0 && r.pending_block < static_cast<int64_t>(r.cache.refs.size())) {
@@ -323,6 +335,7 @@ class EngineImpl final : public Engine {
   // After a launch that brought `r` to num_scheduled: settle blocks, and save the state if the
   // policy checkpoints this position. A failed save is a runner error.
   Status AfterLaunch(Request& r) {
+    if (r.params.prompt_embeds) return Status::Ok();
     SettleCache(r);
     const int64_t c = r.num_scheduled;
     if (!CheckpointAt(r, c) || r.cache.stopped) return Status::Ok();
@@ -435,6 +448,7 @@ class EngineImpl final : public Engine {
       p->sample.logit_bias = r->params.logit_bias;
       p->sample.stop_ids = r->min_stop_ids;
       p->num_prompt = r->num_prompt;
+      if (r->params.prompt_embeds && !prev && p->start < r->num_prompt) p->embeds = r->params.prompt_embeds.get();
       // A decode position of a speculating request: verify n-gram drafts after its known token.
       if (r->spec && !admitting && !prev && n == 1 && known == r->num_scheduled + 1 && r->num_generated() >= 1) {
         const SpeculativeOptions& so = opts_.speculative;
@@ -477,7 +491,9 @@ class EngineImpl final : public Engine {
       const int64_t known = static_cast<int64_t>(r->tokens.size());
       // A prefix-cache hit: the deepest restorable prefix, leaving at least the last token to run.
       PrefixCache::Match hit;
-      if (cache_) hit = cache_->Acquire(r->tokens, known - 1, &r->cache);
+      // (a multimodal prompt bypasses the cache: its ids do not say which image they hold)
+      const bool cacheable = cache_ && !r->params.prompt_embeds;
+      if (cacheable) hit = cache_->Acquire(r->tokens, known - 1, &r->cache);
       r->ckpt_end = known / cap_.page_tokens * cap_.page_tokens;
       r->num_prefill = known;
       r->num_scheduled = hit.tokens;
@@ -503,7 +519,7 @@ class EngineImpl final : public Engine {
         trace::Record({"prefix.hit", "sched", trace::NowNs(), -1, trace::ThreadId(),
                        trace::Attrs{.request = r->id, .tokens = hit.tokens}});
       }
-      if (cache_) cache_->CountLookup(known, hit.tokens);
+      if (cacheable) cache_->CountLookup(known, hit.tokens);
       StepPiece p;
       admitting = true;
       next_piece(r, &p);  // a fresh request always has a piece (max_tokens >= 1)

@@ -25,6 +25,7 @@ namespace gyre {
 
 class Model;
 class ModelRunner;
+struct PromptEmbeds;  // runtime/model_runner.h
 struct ModelConfig;
 
 using RequestId = int64_t;
@@ -45,6 +46,10 @@ struct RequestParams {
   // not take part in overlapped steps. A token it refuses, or a state that allows no token, ends
   // the request with kError.
   std::shared_ptr<TokenConstraint> constraint;
+  // Multimodal prompt (may be null; docs/vision.md): embedding rows for some prompt positions (the
+  // image tokens), fed instead of the table rows. CPU runner only (Submit refuses it otherwise).
+  // Such a request bypasses the prefix cache: it neither hits nor publishes blocks.
+  std::shared_ptr<const PromptEmbeds> prompt_embeds;
 };
 
 struct TokenEvent {

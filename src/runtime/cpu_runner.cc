@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/trace.h"
+#include "ops/basic.h"
 
 namespace gyre {
 
@@ -150,7 +151,29 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
                                      " but slot " + std::to_string(p.slot) + " holds " + std::to_string(s.num_tokens) +
                                      " tokens");
   }
-  for (const StepPiece& p : pieces) {
+  // Multimodal pieces: the table rows of their ids with the prompt-embedding rows in their range.
+  std::vector<std::vector<float>> embeds(pieces.size());
+  const int64_t D = model_.config().hidden_size;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const StepPiece& p = pieces[i];
+    if (!p.embeds) continue;
+    if (p.embeds->width != D || p.embeds->rows.size() != p.embeds->positions.size() * static_cast<size_t>(D))
+      return Status::InvalidArgument("piece " + std::to_string(i) + ": prompt embeddings of width " +
+                                     std::to_string(p.embeds->width) + " for a model of hidden size " + std::to_string(D));
+    const int64_t n = static_cast<int64_t>(p.ids.size());
+    const auto& pos = p.embeds->positions;
+    auto lo = std::lower_bound(pos.begin(), pos.end(), p.start);
+    if (lo == pos.end() || *lo >= p.start + n) continue;  // no override in this piece
+    std::vector<float>& e = embeds[i];
+    e.resize(static_cast<size_t>(n * D));
+    ops::Embedding(p.ids, model_.weights().embed, e.data());
+    for (auto it = lo; it != pos.end() && *it < p.start + n; ++it) {
+      const float* row = p.embeds->rows.data() + (it - pos.begin()) * D;
+      std::copy(row, row + D, e.begin() + (*it - p.start) * D);
+    }
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const StepPiece& p = pieces[i];
     SequenceState& s = *slots_[p.slot];
     if (p.start == 0) {
       s.Reset();
@@ -159,6 +182,7 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
     s.SetPages(p.pages);
     SeqInput in{&s, p.ids, p.all_logits || p.speculative};
     in.speculative = p.speculative;
+    in.input_embeds = embeds[i];
     batch.push_back(in);
     if (ops::HasPenalties(p.sample.params)) {
       ops::TokenCounts& c = counts_[p.slot];

@@ -1550,6 +1550,9 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   const int64_t V = c.vocab_size, pt = m.opts.page_tokens;
   if (m.outstanding.size() >= 2) return Status::Internal("cuda model: two steps are already outstanding");
   if (Status v = ValidateStep(batch, capacity(), V); !v.ok()) return v.WithContext("cuda model");
+  for (const StepPiece& p : batch) {
+    if (p.embeds) return Status::Unimplemented("cuda model: image inputs (prompt embeddings) run on the CPU backend only");
+  }
   // Order: decode rows (history, one token) first, then prefill pieces.
   auto is_decode = [](const StepPiece& p) { return p.start > 0 && p.ids.size() == 1; };
   std::vector<size_t> order;

@@ -83,6 +83,7 @@ Result<std::vector<GenerateResult>> Generate(ModelRunner& runner, const std::vec
       if (left == 0) continue;
       const size_t take = opts.prefill_chunk > 0 ? std::min<size_t>(left, opts.prefill_chunk) : left;
       RunnerSession::Input in{seqs[i], std::span<const int32_t>(prompts[i]).subspan(done_prefill[i], take), {}};
+      if (i < opts.prompt_embeds.size()) in.embeds = opts.prompt_embeds[i].get();
       done_prefill[i] += take;
       if (done_prefill[i] == prompts[i].size()) in.sample = spec(i);
       batch.push_back(in);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct GenerateOptions {
   std::vector<int32_t> stop_ids;      // in addition to the model's EOS ids
   bool ignore_eos = false;
   int64_t prefill_chunk = 0;          // > 0: prefill in pieces of this many tokens
+  // Per prompt (may be shorter than the prompts, entries may be null): multimodal prompt
+  // embeddings (StepPiece::embeds; the CPU runner only).
+  std::vector<std::shared_ptr<const PromptEmbeds>> prompt_embeds;
 };
 
 struct GenerateResult {

@@ -198,6 +198,7 @@ Status RunnerSession::Step(std::span<const Input> inputs, std::vector<SampledTok
     const int64_t total = s.num_tokens + static_cast<int64_t>(in.ids.size());
     while (paged && static_cast<int64_t>(s.pages.size()) * cap_.page_tokens < total) s.pages.push_back(got[g++]);
     pieces.push_back({s.slot, s.pages, s.num_tokens, in.ids, in.sample, in.all_logits});
+    pieces.back().embeds = in.embeds;
   }
   GYRE_RETURN_IF_ERROR(runner_.Step(pieces, out, logits));
   for (const Input& in : inputs) seqs_[in.seq].num_tokens += static_cast<int64_t>(in.ids.size());

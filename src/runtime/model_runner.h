@@ -125,6 +125,14 @@ struct SampleSpec {
 // As the only id of a decode piece: the token the piece's slot sampled in the previous step.
 inline constexpr int32_t kPrevToken = -1;
 
+// A multimodal prompt (docs/vision.md): embedding rows that replace the embedding-table rows of
+// some prompt positions (the image placeholder tokens), one row of `width` floats per position.
+struct PromptEmbeds {
+  int64_t width = 0;               // the model's hidden size
+  std::vector<int64_t> positions;  // ascending prompt positions
+  std::vector<float> rows;         // [positions.size(), width]
+};
+
 struct StepPiece {
   SlotId slot = -1;
   std::span<const PageId> pages;
@@ -137,6 +145,9 @@ struct StepPiece {
   // empty, or (the first piece after RestoreState) the sequence's tokens [0, start).
   int64_t num_prompt = 0;
   std::span<const int32_t> history;
+  // May be null: the request's prompt embeddings; the rows whose positions fall in
+  // [start, start + ids.size()) replace the table rows there. Only the CPU runner accepts them.
+  const PromptEmbeds* embeds = nullptr;
 };
 
 struct SampledToken {
@@ -259,6 +270,7 @@ class RunnerSession {
     std::span<const int32_t> ids;
     SampleSpec sample;
     bool all_logits = false;
+    const PromptEmbeds* embeds = nullptr;  // StepPiece::embeds
   };
   // One step over the sequences' new tokens: pages are taken (all or nothing: ResourceExhausted),
   // the runner steps, and the sequences advance. `out` / `logits` as in ModelRunner::Step.

@@ -15,20 +15,37 @@ const Json* Member(const Json& o, const char* key) {
   return it == o.end() || it->is_null() ? nullptr : &*it;
 }
 
-// Normalises one message's content to a string (text parts joined by "\n") or null.
-Status NormaliseContent(Json& msg, const std::string& field) {
+// Normalises one message's content to a string (text parts joined by "\n") or null. Image parts
+// become kImageSentinel in the text (no separator) and are listed in `images` (null: refused).
+Status NormaliseContent(Json& msg, const std::string& field, std::vector<ImageInput>* images) {
   auto it = msg.find("content");
   if (it == msg.end() || it->is_null() || it->is_string()) return Status::Ok();
   if (!it->is_array()) return FieldError(field, "must be a string, null or an array of content parts");
   std::string text;
   bool first = true;
-  for (const Json& part : *it) {
+  for (size_t j = 0; j < it->size(); ++j) {
+    const Json& part = (*it)[j];
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
       return FieldError(field, "parts must be objects with a string 'type'");
     }
     const std::string& type = part["type"].get_ref<const std::string&>();
-    if (type != "text") return FieldError(field, "part type '" + type + "' is not supported (text only)");
+    if (type == "image_url" && images) {
+      const std::string at = field + "[" + std::to_string(j) + "].image_url";
+      auto u = part.find("image_url");
+      const Json* url = u == part.end() ? nullptr : u->is_object() ? Member(*u, "url") : &*u;
+      if (!url || !url->is_string() || url->get_ref<const std::string&>().empty())
+        return FieldError(at, "must be an object with a non-empty string 'url'");
+      images->push_back(ImageInput{url->get<std::string>(), at});
+      text += kImageSentinel;
+      continue;
+    }
+    if (type != "text") {
+      return FieldError(field, "part type '" + type + "' is not supported (" +
+                                   (images ? "text and image_url only" : "text only; images go in user messages of /v1/chat/completions") + ")");
+    }
     if (!part.contains("text") || !part["text"].is_string()) return FieldError(field, "text parts need a string 'text'");
+    if (part["text"].get_ref<const std::string&>().find(kImageSentinel) != std::string::npos)
+      return FieldError(field, "text holds a reserved control sequence");
     if (!first) text += "\n";
     text += part["text"].get<std::string>();
     first = false;
@@ -72,7 +89,7 @@ Status NormaliseToolCalls(Json& calls, const std::string& field) {
 
 }  // namespace
 
-Status NormaliseMessages(Json& messages) {
+Status NormaliseMessages(Json& messages, std::vector<ImageInput>* images) {
   for (size_t k = 0; k < messages.size(); ++k) {
     Json& m = messages[k];
     const std::string field = "messages[" + std::to_string(k) + "]";
@@ -84,7 +101,7 @@ Status NormaliseMessages(Json& messages) {
     } else if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       return FieldError(field + ".role", "'" + role + "' is not supported (system, developer, user, assistant, tool)");
     }
-    GYRE_RETURN_IF_ERROR(NormaliseContent(m, field + ".content"));
+    GYRE_RETURN_IF_ERROR(NormaliseContent(m, field + ".content", role == "user" ? images : nullptr));
     auto calls = m.find("tool_calls");
     if (calls == m.end() || calls->is_null()) continue;
     if (role != "assistant") return FieldError(field + ".tool_calls", "is only allowed on assistant messages");

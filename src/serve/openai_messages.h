@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "serve/openai_protocol.h"
 
@@ -16,8 +17,11 @@ namespace gyre::serve {
 // its index. Content becomes a string (text parts joined by "\n") or null. An assistant
 // message's tool_calls must be function calls; arguments sent as JSON text (OpenAI's form) are
 // parsed to an object ("" to {}), the form chat templates iterate over, as vLLM does.
+// Image parts ({"type": "image_url", "image_url": {"url": ...}}) of user messages are accepted
+// when `images` is not null: each becomes kImageSentinel in the content text and an entry of
+// `images` (url, the field that names it); the URL is not fetched here (serve/image_inputs.h).
 // REQUIRES: `messages` is a non-empty array.
-Status NormaliseMessages(Json& messages);
+Status NormaliseMessages(Json& messages, std::vector<ImageInput>* images = nullptr);
 
 // `tools` must be an array of {"type": "function", "function": {"name": non-empty string,
 // "description": string, "parameters": object, "strict": false}} ("type" may be omitted; strict

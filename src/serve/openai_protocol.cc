@@ -415,7 +415,7 @@ Status ReadChatPrompt(const ChatPromptFields& in, ChatRequest* r) {
   if (!msgs) return FieldError("messages", "is required");
   if (!msgs->is_array() || msgs->empty()) return FieldError("messages", "must be a non-empty array");
   r->messages = *msgs;
-  GYRE_RETURN_IF_ERROR(NormaliseMessages(r->messages));
+  GYRE_RETURN_IF_ERROR(NormaliseMessages(r->messages, &r->images));
   if (const Json* t = in.tools) {
     GYRE_RETURN_IF_ERROR(CheckTools(*t));
     r->tools = *t;

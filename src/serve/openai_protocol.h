@@ -89,6 +89,14 @@ struct GenerationRequest {
   int64_t n = 1;                       // choices [1, 128]: one engine request each
 };
 
+// An image part of a chat message (docs/vision.md): its URL as sent and the field naming it
+// ("messages[1].content[0].image_url"). The content text holds kImageSentinel where it was.
+struct ImageInput {
+  std::string url;
+  std::string field;
+};
+inline constexpr const char* kImageSentinel = "\x1egyre:image\x1e";
+
 struct ChatRequest {
   GenerationRequest gen;
   // Array; every content normalised to a string or null, "developer" roles renamed "system",
@@ -103,6 +111,7 @@ struct ChatRequest {
   // vLLM: the prompt ends inside the final message (its content is non-empty text), which the
   // model continues. REQUIRES then: !add_generation_prompt.
   bool continue_final_message = false;
+  std::vector<ImageInput> images;  // image parts, in order (their sentinels are in `messages`)
 };
 
 struct CompletionRequest {

@@ -74,8 +74,19 @@ TEST(ParseChat, ContentPartsAreJoined) {
                                 {"type": "text", "text": "b"}]}]})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->messages[0]["content"], "a\nb");
+  // Image parts (docs/vision.md): listed with their field, a sentinel in the text; one without a
+  // url is refused by its field; outside user messages they are refused.
+  auto img = ParseChatRequest(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                  {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}]}]})");
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  ASSERT_EQ(img->images.size(), 1u);
+  EXPECT_EQ(img->images[0].field, "messages[0].content[1].image_url");
+  EXPECT_EQ(img->messages[0]["content"], std::string("a") + kImageSentinel);
   EXPECT_EQ(ErrorParam(ParseChatRequest(
                 R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})")),
+            "messages[0].content[0].image_url");
+  EXPECT_EQ(ErrorParam(ParseChatRequest(
+                R"({"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})")),
             "messages[0].content");
 }
 

@@ -361,7 +361,17 @@ uint64_t RandomSeed() {
 
 OpenAiServing::OpenAiServing(ServingConfig config) : cfg_(std::move(config)) {}
 
+namespace {
+// Image parts are taken by /v1/chat/completions only.
+Status NoImages(const ChatRequest& r, const char* where) {
+  if (r.images.empty()) return Status::Ok();
+  return FieldError(r.images[0].field, std::string("image inputs are not supported by ") + where +
+                                           " (send them to /v1/chat/completions)");
+}
+}  // namespace
+
 Result<std::vector<int32_t>> OpenAiServing::ChatPromptIds(const ChatRequest& r) const {
+  GYRE_RETURN_IF_ERROR(NoImages(r, "/tokenize"));
   GYRE_ASSIGN_OR_RETURN(std::string text, ChatPromptText(r));
   return TextPromptIds(text, r.gen.add_special_tokens, "messages");
 }
@@ -404,6 +414,28 @@ Status CheckForcedToolMarkup(const ChatRequest& r, const ChatParseOptions& parse
   return FieldError("tool_choice",
                     "'required' and named functions force calls in GLM's tool-call markup (<tool_call>, "
                     "<arg_key>), and this model's chat template does not offer tools in it");
+}
+
+Result<ImagePrompt> OpenAiServing::ChatImagePrompt(const ChatRequest& r, const std::string& text) const {
+  if (!cfg_.images) {
+    return FieldError(r.images[0].field, "this server does not accept images: " +
+                                             (cfg_.images_refused_reason.empty() ? std::string("no vision tower")
+                                                                                 : cfg_.images_refused_reason));
+  }
+  const ImageEncoder& enc = *cfg_.images;
+  if (static_cast<int64_t>(r.images.size()) > enc.options.max_images)
+    return FieldError(r.images[enc.options.max_images].field,
+                      "at most " + std::to_string(enc.options.max_images) + " images per request");
+  std::vector<EncodedImage> encoded;
+  for (const ImageInput& in : r.images) {
+    GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, LoadImageUrl(in.url, in.field, enc.options));
+    GYRE_ASSIGN_OR_RETURN(EncodedImage e, EncodeImage(enc, bytes, in.field));
+    encoded.push_back(std::move(e));
+  }
+  const bool bos = r.gen.add_special_tokens;
+  return BuildImagePrompt(text, encoded, enc.config, [&](const std::string& seg, bool first) {
+    return EncodeText(seg, first && bos, "messages");
+  });
 }
 
 Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const CompletionRequest& r) const {
@@ -575,6 +607,7 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   const bool responses = !request.responses.is_null();
   const char* prompt_field = responses ? "input" : chat ? "messages" : "prompt";
   auto params = BuildParams(chat, g, std::move(prompt));
+  if (params.ok()) params->prompt_embeds = std::move(request.embeds);
   if (!params.ok()) {
     ApiError e = ApiError::FromStatus(params.error());
     if (e.code == "context_length_exceeded") e.param = prompt_field;
@@ -654,6 +687,7 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
 
 Result<OpenAiServing::Prepared> OpenAiServing::PrepareResponses(std::string_view body) const {
   GYRE_ASSIGN_OR_RETURN(ResponsesRequest r, ParseResponsesRequest(body));
+  GYRE_RETURN_IF_ERROR(NoImages(r.chat, "/v1/responses"));
   GYRE_ASSIGN_OR_RETURN(const std::string text, ChatPromptText(r.chat));
   Prepared p;
   p.chat = true;
@@ -671,7 +705,13 @@ Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_vi
   if (chat) {
     GYRE_ASSIGN_OR_RETURN(ChatRequest r, ParseChatRequest(body));
     GYRE_ASSIGN_OR_RETURN(const std::string text, ChatPromptText(r));
-    GYRE_ASSIGN_OR_RETURN(p.prompt, TextPromptIds(text, r.gen.add_special_tokens, "messages"));
+    if (r.images.empty()) {
+      GYRE_ASSIGN_OR_RETURN(p.prompt, TextPromptIds(text, r.gen.add_special_tokens, "messages"));
+    } else {
+      GYRE_ASSIGN_OR_RETURN(ImagePrompt ip, ChatImagePrompt(r, text));
+      p.prompt = std::move(ip.ids);
+      p.embeds = std::move(ip.embeds);
+    }
     p.parse = ChatParseOptionsFor(r, text);
     GYRE_RETURN_IF_ERROR(CheckForcedToolMarkup(r, p.parse));
     // vLLM's chat echo: the final message's content when it has the answer's role.

@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "serve/access_log.h"
 #include "serve/http_server.h"
+#include "serve/image_inputs.h"
 #include "serve/metrics.h"
 #include "serve/openai_output.h"
 #include "serve/openai_protocol.h"
@@ -48,6 +49,10 @@ struct ServingConfig {
   // The model's EOS ids. A finishing EOS or stop_token_ids token adds no text unless the request
   // sets include_stop_str_in_output (vLLM's rule).
   std::vector<int32_t> eos_token_ids;
+  // The vision tower and image-input options (serve/image_inputs.h); null: chat requests with
+  // image parts are refused (a text-only model, or a backend without image support).
+  std::shared_ptr<const ImageEncoder> images;
+  std::string images_refused_reason;  // said in that refusal
 };
 
 // transformers' continue_final_message: `rendered` (a conversation rendered without a generation
@@ -76,6 +81,7 @@ class OpenAiServing {
     // /v1/responses (a chat request answered in the Responses shapes, responses_output.h): the
     // request fields its Response object repeats (ResponsesRequest::echo). Null otherwise.
     Json responses;
+    std::shared_ptr<const PromptEmbeds> embeds;  // chat with images: the image rows (else null)
   };
   // Parses a /v1/chat/completions (`chat`) or /v1/completions body and builds its prompt ids.
   // Errors: InvalidArgument naming the field. Any thread.
@@ -113,6 +119,8 @@ class OpenAiServing {
   // NotFound unless `model` is empty or the served name.
   Status CheckModel(const std::string& model) const;
   // Validates the model name and the context length and fills the engine parameters.
+  // A chat prompt with images (r.images non-empty): fetched, encoded, expanded (image_inputs.h).
+  Result<ImagePrompt> ChatImagePrompt(const ChatRequest& r, const std::string& text) const;
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
 
   // The vocabulary's token trie for structured output, built on first use (thread-safe).

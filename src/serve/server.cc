@@ -92,6 +92,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   sc.metrics = s->metrics_.get();
   sc.default_completion_max_tokens = s->opts_.default_completion_max_tokens;
   sc.eos_token_ids = s->deps_.engine->config().eos_token_ids;
+  sc.images = s->deps_.images;
+  sc.images_refused_reason = s->deps_.images_refused_reason;
   s->serving_ = std::make_unique<OpenAiServing>(std::move(sc));
   s->prepare_pool_ = std::make_unique<WorkPool>(s->opts_.num_prepare_threads, s->opts_.max_queued_prepares);
   if (s->deps_.trace.start && s->deps_.trace.stop) s->trace_window_ = std::make_unique<TraceWindow>(s->deps_.trace);

@@ -80,6 +80,9 @@ struct ServerDeps {
   // POST /debug/trace (behind the API key) records a trace window through these; empty start:
   // the endpoint answers 404 with how to enable it.
   TraceHooks trace;
+  // Image inputs (openai_serving.h ServingConfig::images); null: refused, with the reason.
+  std::shared_ptr<const ImageEncoder> images;
+  std::string images_refused_reason;
 };
 
 class Server {

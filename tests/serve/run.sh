@@ -61,13 +61,29 @@ start auth --served-model-name "$NAME" --api-key "$KEY" --kv-memory 16M --max-mo
 URL_AUTH=$URL
 start smallq --served-model-name "$NAME" --max-num-seqs 1 --max-waiting 1 --kv-memory 16M --max-model-len 512
 URL_SMALLQ=$URL
+# Image inputs (images.test.mjs): a copy of the model whose config moves the image placeholder ids
+# into the tiny vocabulary (the real ids 154830/154854/154831 are outside its 1024 tokens).
+VISION_MODEL="$TMP/vision_model"
+mkdir -p "$VISION_MODEL"
+for f in "$MODEL"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$f" "$VISION_MODEL/"; done
+node -e "const fs=require('fs');const c=JSON.parse(fs.readFileSync('$MODEL/config.json'));
+Object.assign(c,{image_token_id:1010,image_start_token_id:1011,image_end_token_id:1012});
+fs.writeFileSync('$VISION_MODEL/config.json',JSON.stringify(c));"
+MEDIA_DIR="$ROOT/tests/fixtures/images"
+MODEL_SAVED=$MODEL
+MODEL=$VISION_MODEL
+start vision --served-model-name "$NAME" --kv-memory 16M --max-model-len 1024 \
+  --allowed-local-media-path "$MEDIA_DIR"
+URL_VISION=$URL
+MODEL=$MODEL_SAVED
 
 (cd "$HERE" && GYRE_URL=$URL_MAIN GYRE_URL_AUTH=$URL_AUTH GYRE_URL_SMALLQ=$URL_SMALLQ GYRE_MODEL_NAME=$NAME \
-  GYRE_API_KEY=$KEY GYRE_MAX_MODEL_LEN=$MAX_MODEL_LEN node --test --test-reporter=spec openai_client.test.mjs)
+  GYRE_API_KEY=$KEY GYRE_MAX_MODEL_LEN=$MAX_MODEL_LEN GYRE_URL_VISION=$URL_VISION GYRE_MEDIA_DIR=$MEDIA_DIR \
+  node --test --test-reporter=spec openai_client.test.mjs images.test.mjs)
 rc=$?
 
 # Graceful shutdown: SIGTERM → exit 0 within a few seconds.
-for name in main auth smallq; do
+for name in main auth smallq vision; do
   eval "pid=\$PID_$name"
   kill -TERM "$pid" 2>/dev/null
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
