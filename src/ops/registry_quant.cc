@@ -10,6 +10,9 @@
 #include "core/dtype.h"
 #include "quant/fp8.h"
 #include "quant/quant.h"
+#ifdef GYRE_CUDA
+#include "ops/cuda/quant_host.h"
+#endif
 
 namespace gyre::ops {
 
@@ -64,18 +67,23 @@ OpShape Sh(std::map<std::string, int64_t> dims) {
 // An OpSpec from check(dims, seed) -> CheckResult and run(dims, seed) -> a closure for bench op.
 using CheckFn = std::function<CheckResult(const std::map<std::string, int64_t>&, uint64_t)>;
 using RunFn = std::function<std::function<void()>(const std::map<std::string, int64_t>&, uint64_t)>;
+// The cuda backend's check (null: the op is CPU only).
+using CudaCheckFn = std::function<Result<CheckResult>(const std::map<std::string, int64_t>&, uint64_t)>;
 OpSpec Spec(std::string name, std::string tol_class, double tol, std::vector<OpShape> shapes,
-            std::function<Cost(const std::map<std::string, int64_t>&)> cost, CheckFn check, RunFn run) {
+            std::function<Cost(const std::map<std::string, int64_t>&)> cost, CheckFn check, RunFn run,
+            bool has_cuda = false, [[maybe_unused]] CudaCheckFn cuda = nullptr) {
   OpSpec s;
   s.name = std::move(name);
   s.tolerance_class = std::move(tol_class);
   s.tolerance = tol;
   s.shapes = std::move(shapes);
-  s.backends = {Backend::kCpu};  // TODO(quant): CUDA FP8/INT8 GEMMs (issue 14), then kCuda here.
+  s.backends = {Backend::kCpu};
+  if (has_cuda) s.backends.push_back(Backend::kCuda);
   s.cost = [cost](const OpShape& sh) { return cost(sh.dims); };
-  s.check = [check](const OpShape& sh, uint64_t seed, Backend b) -> Result<CheckResult> {
-    if (b != Backend::kCpu) return Status::Unimplemented("backend cuda is not built for this op");
-    return check(sh.dims, seed);
+  s.check = [check, cuda](const OpShape& sh, uint64_t seed, Backend b) -> Result<CheckResult> {
+    if (b == Backend::kCpu) return check(sh.dims, seed);
+    if (cuda) return cuda(sh.dims, seed);
+    return Status::Unimplemented("backend cuda is not built for this op");
   };
   s.prepare = [run](const OpShape& sh, uint64_t seed, Backend b, int) -> Result<std::function<void()>> {
     if (b != Backend::kCpu) return Status::Unimplemented("backend cuda is not built for this op");
@@ -210,6 +218,188 @@ Cost GemmCost(const std::map<std::string, int64_t>& d) {
   return {2 * n * i * o, 4 * n * i + i * o + 4 * n * o};  // 1-byte weights
 }
 
+// ---- grouped GEMMs --------------------------------------------------------------------------------
+
+// G groups (experts) of the same [OUT, IN] shape and N rows split among them at random, with
+// empty groups (every third) and one group holding most rows: the MoE grouped GEMM's operands,
+// quantized as the CPU quantizers do. Group g's rows are [offsets[g], offsets[g+1]).
+struct GroupedInputs {
+  std::vector<QuantizedWeight> w;
+  std::vector<int32_t> offsets;
+  std::vector<uint8_t> qa;
+  std::vector<float> sa;
+  int64_t n = 0, K = 0, N = 0;
+};
+
+GroupedInputs MakeGrouped(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  std::mt19937_64 g(seed);
+  GroupedInputs in;
+  in.n = d.at("N");
+  in.K = d.at("IN");
+  in.N = d.at("OUT");
+  const int64_t G = d.at("G");
+  std::vector<int64_t> rows(G, 0);
+  for (int64_t r = 0; r < in.n; ++r) {
+    int64_t e = static_cast<int64_t>(g() % G);
+    if (e % 3 == 2) e = 0;  // groups 2, 5, ... stay empty; group 0 is heavy
+    ++rows[e];
+  }
+  in.offsets.push_back(0);
+  for (int64_t e = 0; e < G; ++e) in.offsets.push_back(static_cast<int32_t>(in.offsets.back() + rows[e]));
+  for (int64_t e = 0; e < G; ++e) {
+    const std::vector<float> w = Normal(g, in.N * in.K, 1.0f / std::sqrt(static_cast<float>(in.K)));
+    in.w.push_back(scheme == QuantScheme::kFp8Block ? QuantizeFp8Block(w.data(), in.N, in.K)
+                                                    : QuantizeInt8Channel(w.data(), in.N, in.K));
+  }
+  const std::vector<float> x = Normal(g, in.n * in.K, 1.0f);
+  in.qa.resize(in.n * in.K);
+  if (scheme == QuantScheme::kFp8Block) {
+    in.sa.resize(in.n * ((in.K + 127) / 128));
+    QuantizeActFp8(x.data(), in.n, in.K, 128, in.qa.data(), in.sa.data());
+  } else {
+    in.sa.resize(in.n);
+    QuantizeActInt8(x.data(), in.n, in.K, reinterpret_cast<int8_t*>(in.qa.data()), in.sa.data());
+  }
+  return in;
+}
+
+// fp64 product of the dequantized operands, group by group.
+std::vector<double> GroupedWant(const GroupedInputs& in, QuantScheme scheme) {
+  const int64_t K = in.K, N = in.N, ng = (K + 127) / 128;
+  std::vector<double> want(in.n * N);
+  for (size_t e = 0; e + 1 < in.offsets.size(); ++e) {
+    const std::vector<float> wd = Dequantize(in.w[e]);
+    for (int64_t i = in.offsets[e]; i < in.offsets[e + 1]; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t t = 0; t < K; ++t) {
+          const uint8_t b = in.qa[i * K + t];
+          const double a = scheme == QuantScheme::kFp8Block
+                               ? static_cast<double>(F8E4M3ToF32(b)) * in.sa[i * ng + t / 128]
+                               : static_cast<double>(static_cast<int8_t>(b)) * in.sa[i];
+          acc += a * static_cast<double>(wd[j * K + t]);
+        }
+        want[i * N + j] = acc;
+      }
+  }
+  return want;
+}
+
+// CPU: the reference GEMM of quant/quant.h on each group's rows.
+void GroupedCpu(const GroupedInputs& in, QuantScheme scheme, float* y) {
+  const int64_t K = in.K, N = in.N, sc = scheme == QuantScheme::kFp8Block ? (K + 127) / 128 : 1;
+  for (size_t e = 0; e + 1 < in.offsets.size(); ++e) {
+    const int64_t r0 = in.offsets[e], m = in.offsets[e + 1] - r0;
+    if (m == 0) continue;
+    if (scheme == QuantScheme::kFp8Block) {
+      GemmFp8BlockRef(in.qa.data() + r0 * K, in.sa.data() + r0 * sc, m, in.w[e], y + r0 * N);
+    } else {
+      GemmInt8Ref(reinterpret_cast<const int8_t*>(in.qa.data()) + r0 * K, in.sa.data() + r0, m, in.w[e], y + r0 * N);
+    }
+  }
+}
+
+CheckResult CheckGrouped(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  const GroupedInputs in = MakeGrouped(d, seed, scheme);
+  std::vector<float> out(in.n * in.N, kNaN);
+  GroupedCpu(in, scheme, out.data());
+  return Finish(out, GroupedWant(in, scheme));
+}
+
+RunFn RunGrouped(QuantScheme scheme) {
+  return [scheme](const std::map<std::string, int64_t>& d, uint64_t seed) {
+    auto in = std::make_shared<GroupedInputs>(MakeGrouped(d, seed, scheme));
+    auto out = std::make_shared<std::vector<float>>(in->n * in->N);
+    return std::function<void()>([in, out, scheme] { GroupedCpu(*in, scheme, out->data()); });
+  };
+}
+
+Cost GroupedCost(const std::map<std::string, int64_t>& d) {
+  const double n = d.at("N"), i = d.at("IN"), o = d.at("OUT"), g = d.at("G");
+  return {2 * n * i * o, n * i + g * i * o + 4 * n * o};
+}
+
+// ---- the cuda backend ----------------------------------------------------------------------------
+#ifdef GYRE_CUDA
+
+// Activation quantization on the GPU: the scales and codes must equal the CPU quantizer's
+// (bit for bit); the dequantized values are compared with the fp64 nearest grid value of the fp32
+// quotient by the CPU's scale.
+Result<CheckResult> CudaActQuant(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  std::mt19937_64 g(seed);
+  const int64_t n = d.at("N"), k = d.at("IN");
+  const bool fp8 = scheme == QuantScheme::kFp8Block;
+  const int64_t sc = fp8 ? (k + 127) / 128 : 1;
+  std::vector<float> x = Normal(g, n * k, 2.0f);
+  // Exact rounding midpoints in each row's first group: its amax (first element) makes the scale
+  // 0.125 exactly (56 / 448, 15.875 / 127), so x = v · 0.125 gives the quotient v exactly, with v
+  // halfway between two codes (fp8: 8.5, 9.5, ... where the e4m3 step is 1; int8: 1.5, 2.5, ...).
+  for (int64_t i = 0; i < n; ++i) {
+    x[i * k] = fp8 ? 56.0f : 15.875f;
+    for (int64_t j = 1; j < std::min<int64_t>(k, 8); ++j)
+      x[i * k + j] = (fp8 ? 7.5f + j : j + 0.5f) * 0.125f * (j % 2 ? 1.0f : -1.0f);
+  }
+  std::vector<uint8_t> q(n * k), q_cpu(n * k);
+  std::vector<float> s(n * sc), s_cpu(n * sc);
+  GYRE_RETURN_IF_ERROR(cuda::QuantizeActOnDevice(fp8, x.data(), n, k, q.data(), s.data()));
+  if (fp8) {
+    QuantizeActFp8(x.data(), n, k, 128, q_cpu.data(), s_cpu.data());
+  } else {
+    QuantizeActInt8(x.data(), n, k, reinterpret_cast<int8_t*>(q_cpu.data()), s_cpu.data());
+  }
+  std::vector<float> out(n * k);
+  std::vector<double> want(n * k);
+  int64_t code_diff = 0, scale_diff = 0;
+  for (int64_t i = 0; i < n * sc; ++i) scale_diff += s[i] != s_cpu[i];
+  for (int64_t i = 0; i < n * k; ++i) {
+    code_diff += q[i] != q_cpu[i];
+    const int64_t si = fp8 ? (i / k) * sc + (i % k) / 128 : i / k;
+    const double s_ref = s_cpu[si];
+    const float quot = static_cast<float>(x[i] / static_cast<float>(s_ref));
+    out[i] = (fp8 ? F8E4M3ToF32(q[i]) : static_cast<float>(static_cast<int8_t>(q[i]))) * s[si];
+    want[i] = (fp8 ? NearestE4M3(quot) : NearestInt8(quot)) * s_ref;
+  }
+  CheckResult r = Finish(out, want, "codes differing from the CPU encoder: " + std::to_string(code_diff) +
+                                        ", scales: " + std::to_string(scale_diff));
+  if (code_diff + scale_diff > 0 && r.diff.rel_l2 == 0) r.diff.rel_l2 = 1;  // exact means bit-exact
+  return r;
+}
+
+// The dense GEMM on the GPU from the CPU quantizers' operands vs the fp64 product of the
+// dequantized operands.
+Result<CheckResult> CudaGemm(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  std::map<std::string, int64_t> dims = d;
+  dims["G"] = 1;
+  const GroupedInputs in = MakeGrouped(dims, seed, scheme);
+  const std::vector<float> ws = ScalesPerRow(in.w[0]);
+  std::vector<float> out(in.n * in.N, kNaN);
+  GYRE_RETURN_IF_ERROR(cuda::GemmW8A8OnDevice(scheme == QuantScheme::kFp8Block, in.qa.data(), in.sa.data(), in.n,
+                                              in.w[0].q.data(), ws.data(), in.N, in.K, 1, {}, out.data()));
+  return Finish(out, GroupedWant(in, scheme));
+}
+
+// The grouped GEMM on the GPU (both tile heights, which must agree bit for bit) vs fp64.
+Result<CheckResult> CudaGrouped(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  const GroupedInputs in = MakeGrouped(d, seed, scheme);
+  std::vector<uint8_t> wq;
+  std::vector<float> ws;
+  for (const QuantizedWeight& w : in.w) {
+    wq.insert(wq.end(), w.q.begin(), w.q.end());
+    const std::vector<float> s = ScalesPerRow(w);
+    ws.insert(ws.end(), s.begin(), s.end());
+  }
+  std::vector<float> out(in.n * in.N, kNaN);
+  GYRE_RETURN_IF_ERROR(cuda::GemmW8A8OnDevice(scheme == QuantScheme::kFp8Block, in.qa.data(), in.sa.data(), in.n,
+                                              wq.data(), ws.data(), in.N, in.K,
+                                              static_cast<int64_t>(in.w.size()), in.offsets, out.data()));
+  return Finish(out, GroupedWant(in, scheme));
+}
+
+constexpr bool kCudaBuilt = true;
+#else
+constexpr bool kCudaBuilt = false;
+#endif
+
 }  // namespace
 
 // ---- specs ---------------------------------------------------------------------------------------
@@ -247,14 +437,49 @@ std::vector<OpSpec> QuantOpSpecs() {
   r.push_back(Spec("quant.fp8_block_weight", "exact (fp32 quotient)", 0.0, weights, quant_cost, fp8_w, no_run(fp8_w)));
   r.push_back(Spec("quant.int8_channel_weight", "exact (fp32 quotient)", 0.0, weights, quant_cost, int8_w,
                    no_run(int8_w)));
-  r.push_back(Spec("quant.fp8_act", "exact (fp32 quotient)", 0.0, acts, quant_cost, fp8_a, no_run(fp8_a)));
-  r.push_back(Spec("quant.int8_act", "exact (fp32 quotient)", 0.0, acts, quant_cost, int8_a, no_run(int8_a)));
-  r.push_back(Spec("gemm.fp8_block", "fp32-reassociation", 1e-5, gemms, GemmCost,
-                   [](const Dims& d, uint64_t s) { return CheckGemm(d, s, QuantScheme::kFp8Block); },
-                   RunGemm(QuantScheme::kFp8Block)));
-  r.push_back(Spec("gemm.int8", "fp32-reassociation", 1e-5, gemms, GemmCost,
-                   [](const Dims& d, uint64_t s) { return CheckGemm(d, s, QuantScheme::kInt8Channel); },
-                   RunGemm(QuantScheme::kInt8Channel)));
+  // The cuda backend of the activation quantizers, GEMMs and grouped GEMMs (ops/cuda/quant_cuda.h).
+  CudaCheckFn cuda_fp8_a, cuda_int8_a, cuda_fp8_g, cuda_int8_g, cuda_fp8_gg, cuda_int8_gg;
+#ifdef GYRE_CUDA
+  cuda_fp8_a = [](const Dims& d, uint64_t s) { return CudaActQuant(d, s, QuantScheme::kFp8Block); };
+  cuda_int8_a = [](const Dims& d, uint64_t s) { return CudaActQuant(d, s, QuantScheme::kInt8Channel); };
+  cuda_fp8_g = [](const Dims& d, uint64_t s) { return CudaGemm(d, s, QuantScheme::kFp8Block); };
+  cuda_int8_g = [](const Dims& d, uint64_t s) { return CudaGemm(d, s, QuantScheme::kInt8Channel); };
+  cuda_fp8_gg = [](const Dims& d, uint64_t s) { return CudaGrouped(d, s, QuantScheme::kFp8Block); };
+  cuda_int8_gg = [](const Dims& d, uint64_t s) { return CudaGrouped(d, s, QuantScheme::kInt8Channel); };
+#endif
+  (void)kCudaBuilt;
+  r.push_back(Spec("quant.fp8_act", "exact (fp32 quotient)", 0.0, acts, quant_cost, fp8_a, no_run(fp8_a), true,
+                   cuda_fp8_a));
+  r.push_back(Spec("quant.int8_act", "exact (fp32 quotient)", 0.0, acts, quant_cost, int8_a, no_run(int8_a), true,
+                   cuda_int8_a));
+  // FP8 on the GPU: Hopper's FP8 tensor cores add into the fp32 accumulator with fewer mantissa
+  // bits (DeepSeek-V3 reports ~14) than an fp32 sum; partial sums are promoted every 128 of K (one
+  // scale group), which bounds the error at ~1e-4 rel-L2. A wrong fragment, scale index or
+  // group gives O(1). INT8: exact int32 sums; the two fp32 scale products round once each.
+  auto cuda_bounds = [](OpSpec s, double tol, std::string cls) {
+    s.cuda_tolerance = tol;
+    s.cuda_tolerance_class = std::move(cls);
+    return s;
+  };
+  r.push_back(cuda_bounds(Spec("gemm.fp8_block", "fp32-reassociation", 1e-5, gemms, GemmCost,
+                               [](const Dims& d, uint64_t s) { return CheckGemm(d, s, QuantScheme::kFp8Block); },
+                               RunGemm(QuantScheme::kFp8Block), true, cuda_fp8_g),
+                          2e-3, "fp8 tensor-core accumulation"));
+  r.push_back(cuda_bounds(Spec("gemm.int8", "fp32-reassociation", 1e-5, gemms, GemmCost,
+                               [](const Dims& d, uint64_t s) { return CheckGemm(d, s, QuantScheme::kInt8Channel); },
+                               RunGemm(QuantScheme::kInt8Channel), true, cuda_int8_g),
+                          1e-6, "exact int32 sum, two fp32 products"));
+  const std::vector<OpShape> grouped = {Sh({{"N", 1}, {"IN", 128}, {"OUT", 64}, {"G", 4}}),
+                                        Sh({{"N", 37}, {"IN", 300}, {"OUT", 200}, {"G", 6}}),
+                                        Sh({{"N", 160}, {"IN", 512}, {"OUT", 384}, {"G", 8}})};
+  r.push_back(cuda_bounds(Spec("gemm.fp8_block_grouped", "fp32-reassociation", 1e-5, grouped, GroupedCost,
+                               [](const Dims& d, uint64_t s) { return CheckGrouped(d, s, QuantScheme::kFp8Block); },
+                               RunGrouped(QuantScheme::kFp8Block), true, cuda_fp8_gg),
+                          2e-3, "fp8 tensor-core accumulation"));
+  r.push_back(cuda_bounds(Spec("gemm.int8_grouped", "fp32-reassociation", 1e-5, grouped, GroupedCost,
+                               [](const Dims& d, uint64_t s) { return CheckGrouped(d, s, QuantScheme::kInt8Channel); },
+                               RunGrouped(QuantScheme::kInt8Channel), true, cuda_int8_gg),
+                          1e-6, "exact int32 sum, two fp32 products"));
   return r;
 }
 
