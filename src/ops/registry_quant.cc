@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/dtype.h"
+#include "ops/basic.h"
 #include "quant/fp8.h"
 #include "quant/quant.h"
 #ifdef GYRE_CUDA
@@ -319,6 +320,147 @@ Cost GroupedCost(const std::map<std::string, int64_t>& d) {
   return {2 * n * i * o, n * i + g * i * o + 4 * n * o};
 }
 
+// ---- routed MoE experts -----------------------------------------------------------------------------
+
+// T tokens, each routed to K distinct experts of E (random weights), experts [I, D] gate / up and
+// [D, I] down quantized: the routed part of the CPU MoE layer (runtime/model.cc MlpLayer).
+struct MoeInputs {
+  int64_t T = 0, D = 0, I = 0, E = 0, K = 0;
+  float limit = 0;
+  std::vector<float> x, wts;
+  std::vector<int32_t> idx;
+  std::vector<Matrix> gate, up, down;  // dequantized values + quant
+};
+
+MoeInputs MakeMoe(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  std::mt19937_64 g(seed);
+  MoeInputs in;
+  in.T = d.at("T");
+  in.D = d.at("D");
+  in.I = d.at("I");
+  in.E = d.at("E");
+  in.K = d.at("K");
+  in.limit = d.at("LIMIT") > 0 ? static_cast<float>(d.at("LIMIT")) : 0.0f;
+  in.x = Normal(g, in.T * in.D, 1.0f);
+  std::uniform_real_distribution<float> u(0.1f, 1.0f);
+  for (int64_t t = 0; t < in.T; ++t) {
+    std::vector<int32_t> all(in.E);
+    for (int64_t e = 0; e < in.E; ++e) all[e] = static_cast<int32_t>(e);
+    std::shuffle(all.begin(), all.end(), g);
+    for (int64_t j = 0; j < in.K; ++j) {
+      in.idx.push_back(all[j]);
+      in.wts.push_back(u(g));
+    }
+  }
+  auto make = [&](int64_t rows, int64_t cols) {
+    const std::vector<float> w = Normal(g, rows * cols, 2.0f / std::sqrt(static_cast<float>(cols)));
+    auto q = std::make_shared<QuantizedWeight>(scheme == QuantScheme::kFp8Block ? QuantizeFp8Block(w.data(), rows, cols)
+                                                                                : QuantizeInt8Channel(w.data(), rows, cols));
+    Matrix m = DequantizedMatrix(*q);
+    m.quant = std::move(q);
+    return m;
+  };
+  for (int64_t e = 0; e < in.E; ++e) {
+    in.gate.push_back(make(in.I, in.D));
+    in.up.push_back(make(in.I, in.D));
+    in.down.push_back(make(in.D, in.I));
+  }
+  return in;
+}
+
+// The CPU: per expert over its tokens, ops::Linear (W8A8) gate and up, ops::SwiGlu, Linear down;
+// the outputs weighted and added in expert order.
+void MoeCpu(const MoeInputs& in, float* out) {
+  std::fill(out, out + in.T * in.D, 0.0f);
+  for (int64_t e = 0; e < in.E; ++e) {
+    std::vector<int64_t> rows;
+    std::vector<float> wt;
+    for (int64_t p = 0; p < in.T * in.K; ++p) {
+      if (in.idx[p] != e) continue;
+      rows.push_back(p / in.K);
+      wt.push_back(in.wts[p]);
+    }
+    const int64_t m = static_cast<int64_t>(rows.size());
+    if (m == 0) continue;
+    std::vector<float> xs(m * in.D), g(m * in.I), u(m * in.I), a(m * in.I), y(m * in.D);
+    for (int64_t r = 0; r < m; ++r) std::copy_n(&in.x[rows[r] * in.D], in.D, &xs[r * in.D]);
+    Linear(xs.data(), m, in.gate[e], g.data(), Numerics{});
+    Linear(xs.data(), m, in.up[e], u.data(), Numerics{});
+    SwiGlu(g.data(), in.I, u.data(), in.I, m, in.I, in.limit, a.data(), Numerics{});
+    Linear(a.data(), m, in.down[e], y.data(), Numerics{});
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < in.D; ++c) out[rows[r] * in.D + c] += y[r * in.D + c] * wt[r];
+  }
+}
+
+// fp64 on the dequantized operands: x quantized by the CPU quantizer; gate, up, SwiGLU and down in
+// fp64; the SwiGLU output quantized by the CPU quantizer from its fp32 rounding. A backend that
+// lands on the other side of a rounding midpoint of that second quantization (its fp32 gate / up
+// differ from fp64 in the last bits) differs there by one code: the tolerance allows for a few.
+std::vector<double> MoeWant(const MoeInputs& in, QuantScheme scheme) {
+  const bool fp8 = scheme == QuantScheme::kFp8Block;
+  auto quant_row = [&](const float* v, int64_t k, std::vector<double>* dq) {
+    dq->resize(k);
+    if (fp8) {
+      std::vector<uint8_t> q(k);
+      std::vector<float> sc((k + 127) / 128);
+      QuantizeActFp8(v, 1, k, 128, q.data(), sc.data());
+      for (int64_t j = 0; j < k; ++j) (*dq)[j] = static_cast<double>(F8E4M3ToF32(q[j])) * sc[j / 128];
+    } else {
+      std::vector<int8_t> q(k);
+      float sc = 0;
+      QuantizeActInt8(v, 1, k, q.data(), &sc);
+      for (int64_t j = 0; j < k; ++j) (*dq)[j] = static_cast<double>(q[j]) * sc;
+    }
+  };
+  std::vector<double> want(in.T * in.D, 0.0);
+  std::vector<double> xq, aq;
+  std::vector<float> a(in.I);
+  for (int64_t p = 0; p < in.T * in.K; ++p) {
+    const int64_t t = p / in.K, e = in.idx[p];
+    quant_row(&in.x[t * in.D], in.D, &xq);
+    for (int64_t i = 0; i < in.I; ++i) {
+      double gv = 0, uv = 0;
+      for (int64_t c = 0; c < in.D; ++c) {
+        gv += xq[c] * in.gate[e].data[i * in.D + c];
+        uv += xq[c] * in.up[e].data[i * in.D + c];
+      }
+      if (in.limit > 0) {
+        gv = std::min<double>(gv, in.limit);
+        uv = std::clamp<double>(uv, -in.limit, in.limit);
+      }
+      a[i] = static_cast<float>(gv / (1.0 + std::exp(-gv)) * uv);
+    }
+    quant_row(a.data(), in.I, &aq);
+    for (int64_t c = 0; c < in.D; ++c) {
+      double y = 0;
+      for (int64_t i = 0; i < in.I; ++i) y += aq[i] * in.down[e].data[c * in.I + i];
+      want[t * in.D + c] += in.wts[p] * y;
+    }
+  }
+  return want;
+}
+
+CheckResult CheckMoe(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  const MoeInputs in = MakeMoe(d, seed, scheme);
+  std::vector<float> out(in.T * in.D, kNaN);
+  MoeCpu(in, out.data());
+  return Finish(out, MoeWant(in, scheme));
+}
+
+RunFn RunMoe(QuantScheme scheme) {
+  return [scheme](const std::map<std::string, int64_t>& d, uint64_t seed) {
+    auto in = std::make_shared<MoeInputs>(MakeMoe(d, seed, scheme));
+    auto out = std::make_shared<std::vector<float>>(in->T * in->D);
+    return std::function<void()>([in, out] { MoeCpu(*in, out->data()); });
+  };
+}
+
+Cost MoeCost(const std::map<std::string, int64_t>& d) {
+  const double t = d.at("T"), dd = d.at("D"), i = d.at("I"), e = d.at("E"), k = d.at("K");
+  return {6 * t * k * dd * i, 8 * t * dd + 3 * e * dd * i};
+}
+
 // ---- the cuda backend ----------------------------------------------------------------------------
 #ifdef GYRE_CUDA
 
@@ -395,6 +537,29 @@ Result<CheckResult> CudaGrouped(const std::map<std::string, int64_t>& d, uint64_
   return Finish(out, GroupedWant(in, scheme));
 }
 
+// The routed experts on the GPU (MoeExpertsW8A8: sort, gather + quantize, grouped gate_up,
+// SwiGLU + quantize, grouped down, combine) vs the same fp64 reference as the CPU.
+Result<CheckResult> CudaMoe(const std::map<std::string, int64_t>& d, uint64_t seed, QuantScheme scheme) {
+  const MoeInputs in = MakeMoe(d, seed, scheme);
+  std::vector<uint8_t> guq, dnq;
+  std::vector<float> gus, dns;
+  auto add = [](const Matrix& m, std::vector<uint8_t>* q, std::vector<float>* sc) {
+    q->insert(q->end(), m.quant->q.begin(), m.quant->q.end());
+    const std::vector<float> s = ScalesPerRow(*m.quant);
+    sc->insert(sc->end(), s.begin(), s.end());
+  };
+  for (int64_t e = 0; e < in.E; ++e) {
+    add(in.gate[e], &guq, &gus);
+    add(in.up[e], &guq, &gus);
+    add(in.down[e], &dnq, &dns);
+  }
+  std::vector<float> out(in.T * in.D, kNaN);
+  GYRE_RETURN_IF_ERROR(cuda::MoeW8A8OnDevice(scheme == QuantScheme::kFp8Block, in.x.data(), in.T, in.idx.data(),
+                                             in.wts.data(), in.K, guq.data(), gus.data(), dnq.data(), dns.data(), in.E,
+                                             in.D, in.I, in.limit, out.data()));
+  return Finish(out, MoeWant(in, scheme));
+}
+
 constexpr bool kCudaBuilt = true;
 #else
 constexpr bool kCudaBuilt = false;
@@ -438,7 +603,7 @@ std::vector<OpSpec> QuantOpSpecs() {
   r.push_back(Spec("quant.int8_channel_weight", "exact (fp32 quotient)", 0.0, weights, quant_cost, int8_w,
                    no_run(int8_w)));
   // The cuda backend of the activation quantizers, GEMMs and grouped GEMMs (ops/cuda/quant_cuda.h).
-  CudaCheckFn cuda_fp8_a, cuda_int8_a, cuda_fp8_g, cuda_int8_g, cuda_fp8_gg, cuda_int8_gg;
+  CudaCheckFn cuda_fp8_a, cuda_int8_a, cuda_fp8_g, cuda_int8_g, cuda_fp8_gg, cuda_int8_gg, cuda_fp8_m, cuda_int8_m;
 #ifdef GYRE_CUDA
   cuda_fp8_a = [](const Dims& d, uint64_t s) { return CudaActQuant(d, s, QuantScheme::kFp8Block); };
   cuda_int8_a = [](const Dims& d, uint64_t s) { return CudaActQuant(d, s, QuantScheme::kInt8Channel); };
@@ -446,6 +611,8 @@ std::vector<OpSpec> QuantOpSpecs() {
   cuda_int8_g = [](const Dims& d, uint64_t s) { return CudaGemm(d, s, QuantScheme::kInt8Channel); };
   cuda_fp8_gg = [](const Dims& d, uint64_t s) { return CudaGrouped(d, s, QuantScheme::kFp8Block); };
   cuda_int8_gg = [](const Dims& d, uint64_t s) { return CudaGrouped(d, s, QuantScheme::kInt8Channel); };
+  cuda_fp8_m = [](const Dims& d, uint64_t s) { return CudaMoe(d, s, QuantScheme::kFp8Block); };
+  cuda_int8_m = [](const Dims& d, uint64_t s) { return CudaMoe(d, s, QuantScheme::kInt8Channel); };
 #endif
   (void)kCudaBuilt;
   r.push_back(Spec("quant.fp8_act", "exact (fp32 quotient)", 0.0, acts, quant_cost, fp8_a, no_run(fp8_a), true,
@@ -480,6 +647,22 @@ std::vector<OpSpec> QuantOpSpecs() {
                                [](const Dims& d, uint64_t s) { return CheckGrouped(d, s, QuantScheme::kInt8Channel); },
                                RunGrouped(QuantScheme::kInt8Channel), true, cuda_int8_gg),
                           1e-6, "exact int32 sum, two fp32 products"));
+  // The routed experts: fp32 sums (and FP8 tensor-core sums) against fp64 move a few SwiGLU
+  // outputs across a rounding midpoint of the second activation quantization (one e4m3 step is
+  // 6-12 %, one int8 step 1/127 of the row's amax); an error in the sort, gather, scales or combine
+  // is O(1). Measured on the CPU over seeds 1-8: <= 2.6e-4 (fp8), <= 1.5e-7 (int8); the GPU's FP8
+  // sums are ~1e-4 off fp64, which flips ~1000x more codes (rel-L2 ~ sqrt(count)), hence 2e-2.
+  const std::vector<OpShape> moe = {Sh({{"T", 1}, {"D", 128}, {"I", 128}, {"E", 4}, {"K", 2}, {"LIMIT", 0}}),
+                                    Sh({{"T", 37}, {"D", 256}, {"I", 384}, {"E", 8}, {"K", 3}, {"LIMIT", 7}}),
+                                    Sh({{"T", 50}, {"D", 300}, {"I", 200}, {"E", 6}, {"K", 2}, {"LIMIT", 0}})};
+  r.push_back(cuda_bounds(Spec("moe.experts_fp8", "fp32 + requantization flips", 2e-2, moe, MoeCost,
+                               [](const Dims& d, uint64_t s) { return CheckMoe(d, s, QuantScheme::kFp8Block); },
+                               RunMoe(QuantScheme::kFp8Block), true, cuda_fp8_m),
+                          2e-2, "fp8 tensor cores + requantization flips"));
+  r.push_back(cuda_bounds(Spec("moe.experts_int8", "fp32 + requantization flips", 5e-3, moe, MoeCost,
+                               [](const Dims& d, uint64_t s) { return CheckMoe(d, s, QuantScheme::kInt8Channel); },
+                               RunMoe(QuantScheme::kInt8Channel), true, cuda_int8_m),
+                          5e-3, "fp32 + requantization flips"));
   return r;
 }
 

@@ -29,7 +29,7 @@ TEST(QuantOps, EveryShapePassesOnFreshSeeds) {
     EXPECT_FALSE(op.check(op.shapes[0], 1, Backend::kCuda).ok()) << op.name;  // not built
 #endif
   }
-  EXPECT_EQ(checked, 3 * (2 + 4 * 3 + 4 * 3));
+  EXPECT_EQ(checked, 3 * (2 + 4 * 3 + 6 * 3));
 }
 
 TEST(QuantLinear, MatchesTheReferenceGemms) {

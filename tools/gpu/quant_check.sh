@@ -34,7 +34,8 @@ for seed in 1 2; do
   f=$OUT/gpu_quant_verify_$seed.json
   echo '{"runs": [' > "$f"
   first=1
-  for op in quant.fp8_act quant.int8_act gemm.fp8_block gemm.int8 gemm.fp8_block_grouped gemm.int8_grouped; do
+  for op in quant.fp8_act quant.int8_act gemm.fp8_block gemm.int8 gemm.fp8_block_grouped gemm.int8_grouped \
+            moe.experts_fp8 moe.experts_int8; do
     [[ $first -eq 1 ]] || echo ',' >> "$f"
     first=0
     timeout 300 "$BUILD/gyre" verify ops --backend cuda --op "$op" --seed "$seed" --json >> "$f"
