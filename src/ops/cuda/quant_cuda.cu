@@ -141,7 +141,8 @@ Status LaunchActQuant(W8A8 scheme, const ActParams& p, cudaStream_t stream) {
 // Block tile BM × BN over K tiles of 128 (= one scale group). Warps tile the block WM × WN; each
 // warp issues (WM/16)·(WN/8) mma.sync.m16n8k32 per 32 of K. Operands are staged in shared memory
 // with 144-byte rows (16 bytes of padding: the fragment loads of the 8 row groups then hit 32
-// distinct banks). Rows / columns / K past the ends load as zero bytes (0.0 in e4m3, 0 in int8).
+// distinct banks); the next K tile's global loads are issued into registers before the current
+// tile's mma (one stage of prefetch). Rows / columns / K past the ends load as zero bytes (0.0 in e4m3, 0 in int8).
 // FP8: the fp32 accumulators hold one group's inner sums; after each K tile they are scaled by
 // sa[row, g] · sw[col, g] and added to the running fp32 totals. INT8: int32 accumulators over
 // all of K, scaled once at the end.
@@ -176,13 +177,22 @@ __device__ __forceinline__ void MmaS8(int* d, const uint32_t* a, const uint32_t*
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Copies rows [0, R) × K-tile columns [k0, k0 + 128) of src (row stride K, rows valid below
-// `valid`) into s[R][kLds], zero-filled outside.
+// A K tile of rows [0, R) × columns [k0, k0 + 128) of src (row stride K, rows valid below
+// `valid`), zero outside, in 16-byte chunks: thread t holds chunks t, t + NT, ... in registers.
+// FetchTile issues the global loads (the next tile's, while the current one is computed);
+// StoreTile writes them to s[R][kLds].
 template <int R, int NT>
-__device__ __forceinline__ void LoadTile(uint8_t* s, const uint8_t* src, int64_t valid, int64_t K, int64_t k0,
-                                         bool vec) {
-  constexpr int kChunks = R * (kBK / 16);
-  for (int c = threadIdx.x; c < kChunks; c += NT) {
+struct TileRegs {
+  static constexpr int kChunks = R * (kBK / 16), kPer = kChunks / NT;
+  static_assert(kChunks % NT == 0, "tile chunks must divide among the threads");
+  uint4 v[kPer];
+};
+template <int R, int NT>
+__device__ __forceinline__ void FetchTile(TileRegs<R, NT>& t, const uint8_t* src, int64_t valid, int64_t K, int64_t k0,
+                                          bool vec) {
+#pragma unroll
+  for (int i = 0; i < TileRegs<R, NT>::kPer; ++i) {
+    const int c = threadIdx.x + i * NT;
     const int r = c / (kBK / 16), col = (c % (kBK / 16)) * 16;
     uint4 v = make_uint4(0, 0, 0, 0);
     const int64_t gk = k0 + col;
@@ -197,7 +207,16 @@ __device__ __forceinline__ void LoadTile(uint8_t* s, const uint8_t* src, int64_t
         v = *reinterpret_cast<const uint4*>(b);
       }
     }
-    *reinterpret_cast<uint4*>(s + r * kLds + col) = v;
+    t.v[i] = v;
+  }
+}
+template <int R, int NT>
+__device__ __forceinline__ void StoreTile(uint8_t* s, const TileRegs<R, NT>& t) {
+#pragma unroll
+  for (int i = 0; i < TileRegs<R, NT>::kPer; ++i) {
+    const int c = threadIdx.x + i * NT;
+    const int r = c / (kBK / 16), col = (c % (kBK / 16)) * 16;
+    *reinterpret_cast<uint4*>(s + r * kLds + col) = t.v[i];
   }
 }
 
@@ -245,12 +264,19 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) W8A8GemmKernel(Gem
   const uint8_t* a_base = p.a + row0 * p.k;
   const uint8_t* w_base = w + n0 * p.k;
   const int64_t a_valid = row_end - row0, w_valid = p.n - n0;
+  TileRegs<BM, kThreads> ra;
+  TileRegs<BN, kThreads> rb;
+  FetchTile(ra, a_base, a_valid, p.k, 0, p.vec);
+  FetchTile(rb, w_base, w_valid, p.k, 0, p.vec);
   for (int64_t kt = 0; kt < ng; ++kt) {
-    const int64_t k0 = kt * kBK;
     __syncthreads();  // the previous tile's fragment reads are done
-    LoadTile<BM, kThreads>(As, a_base, a_valid, p.k, k0, p.vec);
-    LoadTile<BN, kThreads>(Bs, w_base, w_valid, p.k, k0, p.vec);
+    StoreTile(As, ra);
+    StoreTile(Bs, rb);
     __syncthreads();
+    if (kt + 1 < ng) {  // the next tile's loads fly while this one is computed
+      FetchTile(ra, a_base, a_valid, p.k, (kt + 1) * kBK, p.vec);
+      FetchTile(rb, w_base, w_valid, p.k, (kt + 1) * kBK, p.vec);
+    }
     if constexpr (FP8) {
 #pragma unroll
       for (int i = 0; i < MT; ++i)
