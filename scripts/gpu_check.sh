@@ -3,7 +3,7 @@
 #
 #   scripts/gpu_check.sh --pack     On the build machine, after
 #                                     cmake --preset cuda && cmake --build build/cuda -j2 --target gyre gyre_cuda_bench
-#                                   (and test_engine, test_transfer, test_device_comm when built)
+#                                   (and test_engine, test_transfer, test_quant_gpu, test_device_comm when built)
 #                                   bundles gyre, gyre_cuda_bench and the shared libraries a plain CUDA image
 #                                   lacks (OpenBLAS, gfortran, utf8proc, ...) into build/gpu_pack (~15 MB).
 #   scripts/gpu_check.sh OUTDIR     On the GPU machine (build/gpu_pack carried along, or nvcc there):
@@ -28,6 +28,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   bins=(gyre gyre_cuda_bench)
   [[ -x "$BUILD/test_engine" ]] && bins+=(test_engine)
   [[ -x "$BUILD/test_transfer" ]] && bins+=(test_transfer)
+  [[ -x "$BUILD/test_quant_gpu" ]] && bins+=(test_quant_gpu)
   [[ -x "$BUILD/test_device_comm" ]] && bins+=(test_device_comm)
   for f in "$BUILD"/gyre_*_bench; do [[ -x "$f" ]] && bins+=("$(basename "$f")"); done
   for b in "${bins[@]}"; do
@@ -57,10 +58,10 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
-# Steps to run (comma list): verify (ops), model (fixture parity), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# Steps to run (comma list): verify (ops), model (fixture parity), quant (W8A8: tools/gpu/quant_check.sh), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,eval,trace,engine,devcomm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,eval,trace,engine,devcomm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -193,6 +194,16 @@ fi
 
 # ---- 3. self-check, ceilings and microbenchmarks ----
 # ---- the engine over the CUDA runner, and the server on loopback ----
+# W8A8 (docs/quantization.md "GPU"): the W8A8 verify ops, test_quant_gpu (quantized glm5_mini,
+# CUDA vs CPU), and gyre_cuda_bench --w8a8-only, from the pack -> OUTDIR/quant/.
+if has_step quant; then
+  if [[ -x "$PACK/test_quant_gpu" && -n "$GYRE" && -n "$BENCH" ]]; then
+    echo "== W8A8 (tools/gpu/quant_check.sh)"
+    timeout 1800 tools/gpu/quant_check.sh "$OUT/quant" "$PACK" || status=1
+  else
+    echo "== no packed test_quant_gpu / gyre / gyre_cuda_bench: W8A8 step skipped"; status=1
+  fi
+fi
 if has_step engine; then
   if [[ -x "$PACK/test_engine" ]]; then
     echo "== test_engine on the CUDA runner"

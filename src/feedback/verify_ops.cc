@@ -83,9 +83,12 @@ VerifyOpsReport VerifyOps(const std::vector<ops::OpSpec>& list, const std::strin
       continue;
     }
     for (const auto& shape : op.shapes) {
-      const double tolerance = shape.tolerance > 0 ? shape.tolerance : op.tolerance;
+      const bool cuda_bound = backend == ops::Backend::kCuda && op.cuda_tolerance > 0 && shape.tolerance <= 0;
+      const double tolerance = shape.tolerance > 0 ? shape.tolerance : cuda_bound ? op.cuda_tolerance : op.tolerance;
       OpCheckRow row{op.name, shape.label, ops::BackendName(backend),
-                     op.tolerance_class + (shape.tolerance > 0 ? " (calibrated)" : ""), tolerance};
+                     cuda_bound ? op.cuda_tolerance_class
+                                : op.tolerance_class + (shape.tolerance > 0 ? " (calibrated)" : ""),
+                     tolerance};
       auto r = op.check(shape, seed + 1000003 * (++k), backend);
       if (!r.ok()) {
         row.error = r.status().ToString();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -14,19 +15,52 @@
 namespace gyre::feedback {
 namespace {
 
-// A CPU-only op (the quantization ops) is listed as not covered on cuda, neither run nor failed.
+// A CPU-only op (e4m3 and the weight quantizers) is listed as not covered on cuda, neither run nor
+// failed; the activation quantizers and W8A8 GEMMs have a cuda backend and are run there.
 TEST(VerifyOps, CpuOnlyOpsAreNotCoveredOnCuda) {
   const std::vector<ops::OpSpec> quant = ops::QuantOpSpecs();
+  size_t cpu_only = 0, cuda_shapes = 0;
+  for (const ops::OpSpec& op : quant) {
+    const bool cuda = std::find(op.backends.begin(), op.backends.end(), ops::Backend::kCuda) != op.backends.end();
+    cpu_only += !cuda;
+    if (cuda) cuda_shapes += op.shapes.size();
+  }
+  EXPECT_EQ(cpu_only, 3u);
   const VerifyOpsReport r = VerifyOps(quant, "", ops::Backend::kCuda, 1);
-  EXPECT_TRUE(r.rows.empty());
-  EXPECT_EQ(r.num_failed(), 0);
-  ASSERT_EQ(r.not_covered.size(), quant.size());
+  EXPECT_EQ(r.rows.size(), cuda_shapes);
+  ASSERT_EQ(r.not_covered.size(), cpu_only);
   EXPECT_EQ(r.not_covered[0], quant[0].name);
   EXPECT_NE(r.Human().find("not on this backend"), std::string::npos);
-  EXPECT_EQ(r.Json()["not_covered"].size(), quant.size());
+  EXPECT_EQ(r.Json()["not_covered"].size(), cpu_only);
   const VerifyOpsReport cpu = VerifyOps(quant, "", ops::Backend::kCpu, 1);
   EXPECT_TRUE(cpu.not_covered.empty());
   EXPECT_FALSE(cpu.rows.empty());
+}
+
+// OpSpec::cuda_tolerance bounds the cuda rows (with its class) and leaves the cpu rows alone.
+TEST(VerifyOps, CudaToleranceAppliesToCudaRowsOnly) {
+  ops::OpSpec op;
+  op.name = "fake.half";
+  op.tolerance_class = "tight";
+  op.tolerance = 1e-6;
+  op.cuda_tolerance = 0.75;
+  op.cuda_tolerance_class = "loose on cuda";
+  op.shapes = {ops::OpShape{"N=1", {{"N", 1}}, 0}};
+  op.check = [](const ops::OpShape&, uint64_t, ops::Backend) -> Result<ops::CheckResult> {
+    ops::CheckResult c;
+    c.num_outputs = 1;
+    c.diff.rel_l2 = 0.5;
+    return c;
+  };
+  const VerifyOpsReport g = VerifyOps({op}, "", ops::Backend::kCuda, 1);
+  ASSERT_EQ(g.rows.size(), 1u);
+  EXPECT_TRUE(g.rows[0].pass);
+  EXPECT_EQ(g.rows[0].tolerance, 0.75);
+  EXPECT_EQ(g.rows[0].tolerance_class, "loose on cuda");
+  const VerifyOpsReport c = VerifyOps({op}, "", ops::Backend::kCpu, 1);
+  ASSERT_EQ(c.rows.size(), 1u);
+  EXPECT_FALSE(c.rows[0].pass);
+  EXPECT_EQ(c.rows[0].tolerance, 1e-6);
 }
 
 TEST(VerifyOps, EveryRegisteredOpPassesOnCpu) {

@@ -46,6 +46,10 @@ struct OpSpec {
   std::string name;
   std::string tolerance_class;    // "fp32-reassociation", "fp32-iterative", "exact"
   double tolerance = 1e-5;        // rel-L2 bound for fp32
+  // > 0: the bound on the cuda backend instead, with its class (e.g. the FP8 GEMMs: Hopper's FP8
+  // tensor cores accumulate with fewer fp32 mantissa bits than the CPU's fp32 sums).
+  double cuda_tolerance = 0;
+  std::string cuda_tolerance_class;
   std::vector<OpShape> shapes;
   // The backends the op has. `verify ops` on another backend lists the op as not covered there
   // instead of running it (the quantization ops are CPU-only: docs/quantization.md).

@@ -25,9 +25,11 @@ TEST(QuantOps, EveryShapePassesOnFreshSeeds) {
         ++checked;
       }
     }
-    EXPECT_FALSE(op.check(op.shapes[0], 1, Backend::kCuda).ok()) << op.name;
+#ifndef GYRE_CUDA
+    EXPECT_FALSE(op.check(op.shapes[0], 1, Backend::kCuda).ok()) << op.name;  // not built
+#endif
   }
-  EXPECT_EQ(checked, 3 * (2 + 4 * 3 + 2 * 3));
+  EXPECT_EQ(checked, 3 * (2 + 4 * 3 + 6 * 3));
 }
 
 TEST(QuantLinear, MatchesTheReferenceGemms) {

@@ -115,6 +115,15 @@ Matrix DequantizedMatrix(const QuantizedWeight& w) {
   return m;
 }
 
+std::vector<float> ScalesPerRow(const QuantizedWeight& w) {
+  if (w.scheme != QuantScheme::kFp8Block) return w.scale;
+  const int64_t sc = w.scale_cols();
+  std::vector<float> out(w.rows * sc);
+  for (int64_t i = 0; i < w.rows; ++i)
+    std::copy_n(w.scale.begin() + (i / w.block_n) * sc, sc, out.begin() + i * sc);
+  return out;
+}
+
 // ---- activations ---------------------------------------------------------------------------------
 
 void QuantizeActFp8(const float* x, int64_t n, int64_t k, int64_t group, uint8_t* q, float* s, int64_t ldx) {

@@ -47,6 +47,9 @@ QuantizedWeight QuantizeInt8Channel(const float* w, int64_t rows, int64_t cols);
 // Dequantized values [rows, cols] (q · scale, computed in fp32).
 std::vector<float> Dequantize(const QuantizedWeight& w);
 Matrix DequantizedMatrix(const QuantizedWeight& w);
+// The weight scales repeated per row, as the GPU kernels take them (ops/cuda/quant_cuda.h):
+// fp8 [rows, ceil(cols/block_k)] (row i holds block row i / block_n), int8 [rows].
+std::vector<float> ScalesPerRow(const QuantizedWeight& w);
 
 // Dynamic activation quantization of x[n, k] (row stride ldx, 0 = k).
 // FP8: q [n, k] e4m3, s [n, ceil(k/group)]. INT8: q [n, k], s [n].

@@ -231,6 +231,23 @@ TEST(Int8Channel, RowScalesAndRoundingHalfEven) {
   EXPECT_EQ(c[5], -127);
 }
 
+// The per-row scales the GPU takes: fp8 row i repeats block row i / 128 (partial edge blocks
+// included); int8 is the per-channel scale itself.
+TEST(ScalesPerRow, RepeatsBlockRowsAndKeepsChannelScales) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t N = 300, K = 200;
+  std::vector<float> w(N * K);
+  for (auto& v : w) v = nd(rng);
+  const QuantizedWeight f = QuantizeFp8Block(w.data(), N, K);
+  const std::vector<float> s = ScalesPerRow(f);
+  ASSERT_EQ(s.size(), static_cast<size_t>(N * 2));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t g = 0; g < 2; ++g) EXPECT_EQ(s[i * 2 + g], f.scale[(i / 128) * 2 + g]) << i << " " << g;
+  const QuantizedWeight q = QuantizeInt8Channel(w.data(), N, K);
+  EXPECT_EQ(ScalesPerRow(q), q.scale);
+}
+
 TEST(Policy, QuantizesProjectionsAndKeepsTheRest) {
   const std::string p = "model.language_model.layers.3.";
   for (const char* n : {"self_attn.q_proj.weight", "self_attn.o_proj.weight", "self_attn.kv_b_proj.weight",

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <map>
@@ -27,7 +28,9 @@
 #include "ops/cuda/mla_cuda.h"
 #include "ops/cuda/moe_cuda.h"
 #include "ops/cuda/penalties_cuda.h"
+#include "ops/cuda/quant_cuda.h"
 #include "ops/cuda/sampling_cuda.h"
+#include "quant/quant.h"
 
 namespace gyre {
 
@@ -279,6 +282,8 @@ struct DLayer {
   DMat router;  // [E, D] fp32
   float* bias = nullptr;
   cuda::MoeExpertWeights experts;
+  bool q_experts = false;  // the routed experts run W8A8 (qexperts) instead of `experts`
+  cuda::QMoeWeights qexperts;
 };
 
 struct DWeights {
@@ -320,6 +325,120 @@ class Builder {
   Result<DMat> Mat(const Matrix* h, int64_t rows, int64_t cols, Init init, bool force_f32 = false) {
     return Mat(rows, cols, {Part{h, rows, 0, init}}, force_f32);
   }
+  // A projection the model runs through Impl::Linear: W8A8 when the host parts are quantized
+  // (docs/quantization.md "GPU"). The quantized parts must come first; kept parts after them run
+  // in high precision (the DSA indexer's compress gate and weights_proj behind q_a | kv_a | wk).
+  // Any other mix (a --keep pattern splitting a fused projection) uploads the dequantized values
+  // (weight-only, as before W8A8 ran on the GPU) and is counted in weight_only_fused.
+  Result<DMat> QMat(int64_t rows, int64_t cols, const std::vector<Part>& parts) {
+    size_t split = 0;
+    QuantScheme scheme = QuantScheme::kNone;
+    if (host_) {
+      for (; split < parts.size(); ++split) {
+        const Part& p = parts[split];
+        if (!p.host || !p.host->quant) break;
+        if (scheme != QuantScheme::kNone && p.host->quant->scheme != scheme) break;
+        scheme = p.host->quant->scheme;
+      }
+    }
+    if (scheme == QuantScheme::kNone) return Mat(rows, cols, parts);
+    for (size_t i = split; i < parts.size(); ++i) {
+      if (parts[i].host && parts[i].host->quant) {
+        ++weight_only_fused_;
+        return Mat(rows, cols, parts);
+      }
+    }
+    const int64_t q_rows = split == parts.size() ? rows : parts[split].row_offset;
+    const cuda::W8A8 ws = scheme == QuantScheme::kFp8Block ? cuda::W8A8::kFp8 : cuda::W8A8::kInt8;
+    const int64_t sc = cuda::ActScaleCols(ws, cols);
+    std::vector<uint8_t> q(q_rows * cols, 0);
+    std::vector<float> scale(q_rows * sc, 0.0f);
+    for (size_t i = 0; i < split; ++i) {
+      const QuantizedWeight& w = *parts[i].host->quant;
+      if (w.rows != parts[i].rows || w.cols != cols)
+        return Status::Internal("cuda model: quantized tensor shape differs from its projection slot");
+      if (scheme == QuantScheme::kFp8Block && w.block_k != cuda::kQuantGroup)
+        return Status::Unimplemented("cuda model: FP8 weight_block_size [*, " + std::to_string(w.block_k) +
+                                     "]; the GPU kernels take 128-channel groups");
+      std::copy(w.q.begin(), w.q.end(), q.begin() + parts[i].row_offset * cols);
+      const std::vector<float> ps = ScalesPerRow(w);
+      std::copy(ps.begin(), ps.end(), scale.begin() + parts[i].row_offset * sc);
+    }
+    DMat m;
+    m.rows = rows;
+    m.cols = cols;
+    m.qscheme = static_cast<int>(ws);
+    m.q_rows = q_rows;
+    GYRE_ASSIGN_OR_RETURN(void* dq, Alloc(q_rows * cols));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dq, q.data(), q.size(), cudaMemcpyHostToDevice));
+    GYRE_ASSIGN_OR_RETURN(void* ds, Alloc(q_rows * sc * 4));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy(ds, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice));
+    m.data = dq;
+    m.scale = static_cast<const float*>(ds);
+    m.bf16 = bf16_;
+    if (q_rows < rows) {
+      std::vector<Part> rest(parts.begin() + split, parts.end());
+      for (Part& p : rest) p.row_offset -= q_rows;
+      GYRE_ASSIGN_OR_RETURN(DMat hp, Mat(rows - q_rows, cols, rest));
+      m.hp = hp.data;
+      m.bf16 = hp.bf16;
+    }
+    return m;
+  }
+  Result<DMat> QMat(const Matrix* h, int64_t rows, int64_t cols, Init init) {
+    return QMat(rows, cols, {Part{h, rows, 0, init}});
+  }
+  // The routed experts W8A8 when every expert projection is quantized with one scheme (else
+  // false: the caller uploads the dequantized experts).
+  Result<bool> QExperts(const MoeWeights& mw, int64_t E, int64_t D, int64_t I, cuda::QMoeWeights* out) {
+    if (!host_ || static_cast<int64_t>(mw.experts.size()) != E) return false;
+    QuantScheme scheme = QuantScheme::kNone;
+    for (const MlpWeights& e : mw.experts) {
+      for (const Matrix* m : {&e.gate, &e.up, &e.down}) {
+        if (!m->quant || (scheme != QuantScheme::kNone && m->quant->scheme != scheme)) return false;
+        if (m->quant->scheme == QuantScheme::kFp8Block && m->quant->block_k != cuda::kQuantGroup) return false;
+        scheme = m->quant->scheme;
+      }
+    }
+    const cuda::W8A8 ws = scheme == QuantScheme::kFp8Block ? cuda::W8A8::kFp8 : cuda::W8A8::kInt8;
+    const int64_t scd = cuda::ActScaleCols(ws, D), sci = cuda::ActScaleCols(ws, I);
+    std::vector<uint8_t> guq(E * 2 * I * D), dnq(E * D * I);
+    std::vector<float> gus(E * 2 * I * scd), dns(E * D * sci);
+    for (int64_t e = 0; e < E; ++e) {
+      const MlpWeights& x = mw.experts[e];
+      int64_t r = 0;
+      for (const Matrix* m : {&x.gate, &x.up}) {
+        const QuantizedWeight& w = *m->quant;
+        if (w.rows != I || w.cols != D) return Status::Internal("cuda model: expert gate/up shape");
+        std::copy(w.q.begin(), w.q.end(), guq.begin() + (e * 2 * I + r) * D);
+        const std::vector<float> ps = ScalesPerRow(w);
+        std::copy(ps.begin(), ps.end(), gus.begin() + (e * 2 * I + r) * scd);
+        r += I;
+      }
+      const QuantizedWeight& w = *x.down.quant;
+      if (w.rows != D || w.cols != I) return Status::Internal("cuda model: expert down shape");
+      std::copy(w.q.begin(), w.q.end(), dnq.begin() + e * D * I);
+      const std::vector<float> ps = ScalesPerRow(w);
+      std::copy(ps.begin(), ps.end(), dns.begin() + e * D * sci);
+    }
+    auto up = [&](const void* src, size_t bytes) -> Result<void*> {
+      GYRE_ASSIGN_OR_RETURN(void* p, Alloc(static_cast<int64_t>(bytes)));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+      return p;
+    };
+    GYRE_ASSIGN_OR_RETURN(void* a, up(guq.data(), guq.size()));
+    GYRE_ASSIGN_OR_RETURN(void* b, up(gus.data(), gus.size() * 4));
+    GYRE_ASSIGN_OR_RETURN(void* c, up(dnq.data(), dnq.size()));
+    GYRE_ASSIGN_OR_RETURN(void* d, up(dns.data(), dns.size() * 4));
+    out->gate_up = cuda::QWeight{ws, a, static_cast<const float*>(b), 2 * I, D};
+    out->down = cuda::QWeight{ws, c, static_cast<const float*>(d), D, I};
+    out->num_experts = E;
+    out->hidden = D;
+    out->inter = I;
+    return true;
+  }
+  int64_t weight_only_fused() const { return weight_only_fused_; }
+
   // An fp32 vector of n values.
   Result<float*> Vec(const std::vector<float>* h, int64_t n, Init init) {
     GYRE_ASSIGN_OR_RETURN(void* p, Alloc(n * 4));
@@ -367,6 +486,7 @@ class Builder {
   uint64_t counter_ = 0;
   std::vector<DeviceBuffer>* owner_;
   int64_t* bytes_;
+  int64_t weight_only_fused_ = 0;
 };
 
 Init Lin(int64_t fan_in) { return Init{Dist::kNormal, 0.0f, 1.0f / std::sqrt(static_cast<float>(fan_in))}; }
@@ -475,6 +595,10 @@ struct CudaModel::Impl {
   float* hc_part = nullptr;  // mHC partial dot products [N, S, (2+n)n + 1]
   void* xb = nullptr;  // bf16 GEMM operand
   int64_t xb_elems = 0;
+  // W8A8 (any quantized projection): the quantized activations [N, max_in] and their scales.
+  void* xq = nullptr;
+  float* xs = nullptr;
+  DeviceBuffer moe_q_ws;  // MoeExpertsW8A8's workspace
   const float* last_cast_x = nullptr;  // what xb holds (see Linear)
   int64_t last_cast_n = 0, last_cast_k = 0, last_cast_ld = 0;
   // KDA
@@ -640,6 +764,10 @@ struct CudaModel::Impl {
     GYRE_SPAN("gemm.prepare", "plan");
     std::set<std::tuple<int64_t, int64_t, bool>> shapes;
     auto add = [&](const DMat& m) {
+      if (m.qscheme != 0) {
+        if (m.hp && m.q_rows < m.rows) shapes.insert({m.rows - m.q_rows, m.cols, m.bf16});
+        return;
+      }
       if (m.data && m.rows > 0 && m.cols > 0) shapes.insert({m.rows, m.cols, m.bf16});
     };
     for (const DLayer& L : w.layers)
@@ -661,6 +789,7 @@ struct CudaModel::Impl {
     if (n == 0) return Status::Ok();
     const int64_t k = wt.cols;
     if (ldx == 0) ldx = k;
+    if (wt.qscheme != 0) return LinearW8A8(x, n, wt, out, ldx, ldy);
     if (!wt.bf16) return gemm->Run(cuda::GemmDType::kF32, x, wt.data, out, n, wt.rows, k, s(), ldx, ldy);
     if (n * k > xb_elems) return Status::Internal("cuda model: bf16 operand buffer too small");
     const bool same = reuse_cast && last_cast_x == x && last_cast_n == n && last_cast_k == k && last_cast_ld == ldx;
@@ -673,6 +802,26 @@ struct CudaModel::Impl {
       last_cast_ld = ldx;
     }
     return gemm->Run(cuda::GemmDType::kBf16F32, xb, wt.data, out, n, wt.rows, k, s(), 0, ldy);
+  }
+  // W8A8 (quant_cuda.h): x quantized per token (and 128-group for fp8), then the quantized rows'
+  // GEMM; kept rows behind them (DMat::hp) through cuBLASLt into the columns after them.
+  Status LinearW8A8(const float* x, int64_t n, const DMat& wt, float* out, int64_t ldx, int64_t ldy) {
+    const int64_t k = wt.cols;
+    if (ldy == 0) ldy = wt.rows;
+    const auto scheme = static_cast<cuda::W8A8>(wt.qscheme);
+    if (!xq || n * k > xb_elems) return Status::Internal("cuda model: W8A8 operand buffer too small");
+    const cuda::ActQuantArgs qa{x, n, k, ldx, xq, xs};
+    GYRE_RETURN_IF_ERROR(cuda::QuantizeActivations(scheme, qa, s()));
+    const cuda::QWeight qw{scheme, wt.data, wt.scale, wt.q_rows, k};
+    GYRE_RETURN_IF_ERROR(cuda::GemmW8A8(xq, xs, n, qw, out, ldy, s()));
+    last_cast_x = nullptr;  // xb is not what a reuse_cast caller expects any more
+    if (!wt.hp || wt.q_rows >= wt.rows) return Status::Ok();
+    DMat rest;
+    rest.data = wt.hp;
+    rest.rows = wt.rows - wt.q_rows;
+    rest.cols = k;
+    rest.bf16 = wt.bf16;
+    return Linear(x, n, rest, out + wt.q_rows, ldx, ldy);
   }
   // ops::HcPre: HcDotKernel (fn·x and Σx² per 1024-element slice) → HcMixKernel.
   Status HcPre(const DHc& hc, int64_t n) {
@@ -770,8 +919,8 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
     if (L.attn == AttnKind::kKda) {
       const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
       const KdaWeights& k = hl.kda;
-      GYRE_ASSIGN_OR_RETURN(L.kda_qkv, b.Mat(3 * P, D, {{H(k.q), P, 0, Lin(D)}, {H(k.k), P, P, Lin(D)},
-                                                        {H(k.v), P, 2 * P, Lin(D)}}));
+      GYRE_ASSIGN_OR_RETURN(L.kda_qkv, b.QMat(3 * P, D, {{H(k.q), P, 0, Lin(D)}, {H(k.k), P, P, Lin(D)},
+                                                         {H(k.v), P, 2 * P, Lin(D)}}));
       L.ks_b = 0;
       L.ks_fa = Pad8(Hh);
       L.ks_ga = L.ks_fa + Pad8(K);
@@ -785,7 +934,7 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
       GYRE_ASSIGN_OR_RETURN(L.dt_bias, b.Vec(Hv(k.dt_bias), P, Init{Dist::kUniform, -2.0f, 1.0f}));
       GYRE_ASSIGN_OR_RETURN(L.a_log, b.Vec(Hv(k.a_log), Hh, Init{Dist::kLog1p15U, 0, 0}));
       GYRE_ASSIGN_OR_RETURN(L.o_norm, b.Vec(Hv(k.o_norm), K, kNormInit));
-      GYRE_ASSIGN_OR_RETURN(L.kda_o, b.Mat(H(k.o), D, P, Lin(P)));
+      GYRE_ASSIGN_OR_RETURN(L.kda_o, b.QMat(H(k.o), D, P, Lin(P)));
     } else {
       const MlaWeights& m = hl.mla;
       const int64_t Hh = c.num_attention_heads, qk = c.qk_head_dim(), R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
@@ -815,19 +964,19 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
         off += Pad8(Hi);
       }
       L.ma_width = off;
-      GYRE_ASSIGN_OR_RETURN(L.mla_a, b.Mat(off, D, parts));
+      GYRE_ASSIGN_OR_RETURN(L.mla_a, b.QMat(off, D, parts));
       if (ql > 0) {
         GYRE_ASSIGN_OR_RETURN(L.q_a_norm, b.Vec(Hv(m.q_a_norm), ql, kNormInit));
-        GYRE_ASSIGN_OR_RETURN(L.q_b, b.Mat(H(m.q_b), Hh * qk, ql, Lin(ql)));
+        GYRE_ASSIGN_OR_RETURN(L.q_b, b.QMat(H(m.q_b), Hh * qk, ql, Lin(ql)));
       } else {
-        GYRE_ASSIGN_OR_RETURN(L.q_proj, b.Mat(H(m.q_proj), Hh * qk, D, Lin(D)));
+        GYRE_ASSIGN_OR_RETURN(L.q_proj, b.QMat(H(m.q_proj), Hh * qk, D, Lin(D)));
       }
       GYRE_ASSIGN_OR_RETURN(L.kv_a_norm, b.Vec(Hv(m.kv_a_norm), R, kNormInit));
       GYRE_ASSIGN_OR_RETURN(L.kv_b, b.Mat(H(m.kv_b), Hh * (c.qk_nope_head_dim + c.v_head_dim), R, Lin(R)));
-      GYRE_ASSIGN_OR_RETURN(L.mla_o, b.Mat(H(m.o), D, Hh * c.v_head_dim, Lin(Hh * c.v_head_dim)));
+      GYRE_ASSIGN_OR_RETURN(L.mla_o, b.QMat(H(m.o), D, Hh * c.v_head_dim, Lin(Hh * c.v_head_dim)));
       if (L.has_indexer) {
         const IndexerWeights& iw = m.indexer;
-        GYRE_ASSIGN_OR_RETURN(L.idx_wq_b, b.Mat(H(iw.wq_b), Hi * di, ql, Lin(ql)));
+        GYRE_ASSIGN_OR_RETURN(L.idx_wq_b, b.QMat(H(iw.wq_b), Hi * di, ql, Lin(ql)));
         GYRE_ASSIGN_OR_RETURN(L.k_norm_w, b.Vec(Hv(iw.k_norm_w), di, kNormInit));
         GYRE_ASSIGN_OR_RETURN(L.k_norm_b, b.Vec(Hv(iw.k_norm_b), di, Init{Dist::kNormal, 0, 0.1f}));
         GYRE_ASSIGN_OR_RETURN(DMat ape, b.Mat(H(iw.ape), c.index_kpool, di, Init{Dist::kNormal, 0, 0.5f}, true));
@@ -836,9 +985,9 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
     }
     // MLP.
     auto swiglu = [&](const MlpWeights* mw, int64_t I, DMat* gate_up, DMat* down) -> Status {
-      GYRE_ASSIGN_OR_RETURN(*gate_up, b.Mat(2 * I, D, {{mw ? &mw->gate : nullptr, I, 0, Lin(D)},
-                                                       {mw ? &mw->up : nullptr, I, I, Lin(D)}}));
-      GYRE_ASSIGN_OR_RETURN(*down, b.Mat(mw ? &mw->down : nullptr, D, I, Lin(I)));
+      GYRE_ASSIGN_OR_RETURN(*gate_up, b.QMat(2 * I, D, {{mw ? &mw->gate : nullptr, I, 0, Lin(D)},
+                                                        {mw ? &mw->up : nullptr, I, I, Lin(D)}}));
+      GYRE_ASSIGN_OR_RETURN(*down, b.QMat(mw ? &mw->down : nullptr, D, I, Lin(I)));
       return Status::Ok();
     };
     if (L.mlp == MlpKind::kDense) {
@@ -852,6 +1001,11 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
       if (host && mw.bias.empty()) GYRE_CUDA_RETURN_IF_ERROR(cudaMemset(L.bias, 0, E * 4));
       std::vector<Builder::Part> gu_parts, dn_parts;
       if (host) {
+        GYRE_ASSIGN_OR_RETURN(L.q_experts, b.QExperts(mw, E, D, I, &L.qexperts));
+      }
+      if (L.q_experts) {
+        // No dequantized copy: the W8A8 experts are the only ones.
+      } else if (host) {
         for (int64_t e = 0; e < E; ++e) {
           gu_parts.push_back({&mw.experts[e].gate, I, e * 2 * I, {}});
           gu_parts.push_back({&mw.experts[e].up, I, e * 2 * I + I, {}});
@@ -861,9 +1015,11 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
         gu_parts.push_back({nullptr, E * 2 * I, 0, Lin(D)});
         dn_parts.push_back({nullptr, E * D, 0, Lin(I)});
       }
-      GYRE_ASSIGN_OR_RETURN(DMat gu, b.Mat(E * 2 * I, D, gu_parts));
-      GYRE_ASSIGN_OR_RETURN(DMat dn, b.Mat(E * D, I, dn_parts));
-      L.experts = cuda::MoeExpertWeights{gu.data, dn.data, gu.bf16, E, D, I};
+      if (!L.q_experts) {
+        GYRE_ASSIGN_OR_RETURN(DMat gu, b.Mat(E * 2 * I, D, gu_parts));
+        GYRE_ASSIGN_OR_RETURN(DMat dn, b.Mat(E * D, I, dn_parts));
+        L.experts = cuda::MoeExpertWeights{gu.data, dn.data, gu.bf16, E, D, I};
+      }
       L.has_shared = host ? mw.has_shared : c.n_shared_experts > 0;
       if (L.has_shared) {
         GYRE_RETURN_IF_ERROR(swiglu(host ? &mw.shared : nullptr, I * std::max<int64_t>(c.n_shared_experts, 1),
@@ -871,6 +1027,9 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
       }
     }
   }
+  if (b.weight_only_fused() > 0)
+    std::fprintf(stderr, "cuda model: %lld fused projections mix quantized and kept weights; they run on the "
+                 "dequantized weights (weight-only W8A8)\n", static_cast<long long>(b.weight_only_fused()));
   return Status::Ok();
 }
 
@@ -981,7 +1140,7 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(rw, AllocN<float>(N * k, sb));
     GYRE_ASSIGN_OR_RETURN(ridx, AllocN<int32_t>(N * k, sb));
     for (const DLayer& L : w.layers) {
-      if (L.mlp != MlpKind::kMoe) continue;
+      if (L.mlp != MlpKind::kMoe || L.q_experts) continue;
       GYRE_ASSIGN_OR_RETURN(moe_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MoeExpertsWorkspaceBytes(L.experts, N, k), 16)));
       *sb += moe_ws.bytes();
       break;
@@ -990,6 +1149,22 @@ Status CudaModel::Impl::BuildScratch() {
   xb_elems = N * max_in;
   if (opts.bf16_weights) {
     GYRE_ASSIGN_OR_RETURN(xb, Alloc(xb_elems * 2));
+  }
+  bool any_w8a8 = false;
+  for (const DLayer& L : w.layers) {
+    for (const DMat* m : {&L.kda_qkv, &L.kda_o, &L.mla_a, &L.q_b, &L.q_proj, &L.mla_o, &L.idx_wq_b, &L.gate_up,
+                          &L.down})
+      any_w8a8 |= m->qscheme != 0;
+    if (L.q_experts && !moe_q_ws.get()) {
+      GYRE_ASSIGN_OR_RETURN(moe_q_ws, DeviceBuffer::Create(std::max<size_t>(
+                                          cuda::MoeW8A8WorkspaceBytes(L.qexperts, N, c.num_experts_per_tok), 16)));
+      *sb += moe_q_ws.bytes();
+    }
+  }
+  if (any_w8a8) {
+    GYRE_ASSIGN_OR_RETURN(void* q8, Alloc(xb_elems));
+    xq = q8;
+    GYRE_ASSIGN_OR_RETURN(xs, AllocN<float>(N * cuda::QuantGroups(max_in), sb));
   }
   GYRE_ASSIGN_OR_RETURN(next_ids, AllocN<int32_t>(N, sb));
   GYRE_ASSIGN_OR_RETURN(sample_params, AllocN<cuda::SampleParamsDev>(N, sb));
@@ -1188,7 +1363,13 @@ Status CudaModel::Impl::MlpLayer(const StepDims& d, const DLayer& L, const float
   cuda::RouteDims rd{E, k, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
   GYRE_RETURN_IF_ERROR(cuda::MoeRoute(rlogits, N, L.bias, rd, ridx, rw, s()));
   GYRE_RETURN_IF_ERROR(Sec("moe.experts"));
-  GYRE_RETURN_IF_ERROR(cuda::MoeExperts(x, N, ridx, rw, k, L.experts, limit, out, moe_ws.get(), moe_ws.bytes(), s()));
+  if (L.q_experts) {
+    GYRE_RETURN_IF_ERROR(cuda::MoeExpertsW8A8(x, N, ridx, rw, k, L.qexperts, limit, out, moe_q_ws.get(),
+                                              moe_q_ws.bytes(), s()));
+  } else {
+    GYRE_RETURN_IF_ERROR(
+        cuda::MoeExperts(x, N, ridx, rw, k, L.experts, limit, out, moe_ws.get(), moe_ws.bytes(), s()));
+  }
   if (L.has_shared) {
     GYRE_RETURN_IF_ERROR(Sec("moe.shared"));
     GYRE_RETURN_IF_ERROR(swiglu(L.gate_up, L.down, shared_out));

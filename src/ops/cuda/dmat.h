@@ -12,6 +12,13 @@ struct DMat {
   const void* data = nullptr;
   int64_t rows = 0, cols = 0;
   bool bf16 = false;  // element type: bf16 (__nv_bfloat16) when set, else fp32
+  // W8A8 (quant_cuda.h), set only on the projections the CUDA model runs through its Linear:
+  // rows [0, q_rows) are quantized (data: 1-byte codes [q_rows, cols], scale: per-row scales) and
+  // the rows [q_rows, rows), if any, are kept weights in `hp` (bf16 or fp32 as `bf16` says).
+  int qscheme = 0;  // 0: not quantized (elem_bytes, bytes and row apply); else a cuda::W8A8
+  const float* scale = nullptr;
+  int64_t q_rows = 0;
+  const void* hp = nullptr;
   int64_t elem_bytes() const { return bf16 ? 2 : 4; }
   int64_t bytes() const { return rows * cols * elem_bytes(); }
   // Pointer to row r (for slicing a fused matrix by rows).

@@ -2,12 +2,13 @@
 // the ceilings measured in the same run (style.md §2.8; scripts/gpu_check.sh runs it).
 //
 //   gyre_cuda_bench [--out DIR] [--commit HASH] [--quick] [--no-decode] [--prefill-t 4096,16384,...]
-//                   [--chunk-checks-only]
+//                   [--chunk-checks-only] [--w8a8-only]
 //
 // Sections: helpers (random fill, timing, JSON); fp64 reference; self-check; ceilings; decode;
 // prefill; main. Writes DIR/gpu_kda_bench.json and prints a short table last. Exit code 1 if any
 // self-check fails (the benchmarks still run and are reported). --chunk-checks-only runs just the
-// small chunked checks vs fp64 (for compute-sanitizer).
+// small chunked checks vs fp64 (for compute-sanitizer). --w8a8-only runs the W8A8 GEMM section
+// instead (w8a8_bench.cuh: DIR/gpu_w8a8_bench.json).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +28,7 @@
 #include "ops/cuda/device_buffer.h"
 #include "ops/cuda/kda_cuda.h"
 #include "ops/cuda/kda_cuda_config.h"
+#include "ops/cuda/w8a8_bench.cuh"
 
 namespace gyre::cuda {
 namespace {
@@ -629,11 +631,13 @@ int main(int argc, char** argv) {
   gyre::cuda::Options opt;
   const char* usage =
       "usage: gyre_cuda_bench [--out DIR] [--commit HASH] [--quick] [--no-decode] [--prefill-t T1,T2,...]\n"
-      "                       [--chunk-checks-only]\n"
+      "                       [--chunk-checks-only] [--w8a8-only]\n"
       "  Self-check of the KDA kernels vs fp64, ceilings (copy, cuBLASLt), decode and chunked-prefill\n"
       "  benchmarks (batch 1, H=64, K=V=128; per-phase times from events). Writes DIR/gpu_kda_bench.json.\n";
+  bool w8a8_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!std::strcmp(argv[i], "--w8a8-only")) w8a8_only = true;
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) opt.quick = true;
     else if (!std::strcmp(argv[i], "--no-decode")) opt.decode = false;
@@ -655,6 +659,7 @@ int main(int argc, char** argv) {
       return !std::strcmp(argv[i], "--help") ? 0 : 2;
     }
   }
+  if (w8a8_only) return gyre::cuda::w8a8bench::RunW8A8Bench(out, commit, opt.quick);
   gyre::cuda::Report rep;
   rep.path = out + "/gpu_kda_bench.json";
   rep.commit = commit;
