@@ -241,7 +241,7 @@ int RunServe(ServeArgs a) {
   const bool cuda = a.backend == "cuda";
   const bool random = !a.config.empty();
   if (random && !cuda) return Fail(Status::InvalidArgument("--config (random weights) needs --backend cuda"));
-  if (a.role == "local-pair" && cuda)
+  if (a.role != "both" && cuda)
     return Fail(Status::Unimplemented("--role " + a.role + " runs on the cpu backend only (docs/disaggregation.md)"));
   if (a.random_weights && !random) return Fail(Status::InvalidArgument("--random-weights needs --config FILE"));
   std::unique_ptr<Model> model;   // the CPU model (cpu backend; host weights for --backend cuda --model)

@@ -520,7 +520,10 @@ class EngineImpl final : public Engine {
       Request* r = waiting_.front().get();
       if (slots_.num_free() == 0) break;
       if (r->imported) {
-        if (!AdmitImported(r, sched, pieces, budget, next_piece)) break;
+        admitting = true;  // (its first piece is a plain decode, never a verify piece)
+        const bool admitted = AdmitImported(r, sched, pieces, budget, next_piece);
+        admitting = false;
+        if (!admitted) break;
         continue;
       }
       const int64_t known = static_cast<int64_t>(r->tokens.size());
