@@ -552,7 +552,8 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "`gyre router` sends, and sends each cache, DSA pages + KDA state + first token, to the decode "
                 "instance the router names; frees it when acknowledged), decode (receives caches on --transfer-port, "
                 "verifies every checksum and decodes), or local-pair (cpu: prefill and decode on two runners of this "
-                "process, the cache over TCP loopback; no prefix caching). docs/disaggregation.md")
+                "process, the cache over TCP loopback; no prefix caching). Roles other than both: cpu backend only. "
+                "docs/disaggregation.md")
       ->check(CLI::IsMember({"both", "prefill", "decode", "local-pair"}));
   s->add_option("--transfer-port", args->transfer_port,
                 "--role decode: TCP port (on --host) where prefill instances send caches; 0 (default) picks a free "

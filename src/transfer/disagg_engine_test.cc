@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ostream>
 #include <random>
 #include <thread>
 
@@ -50,6 +51,9 @@ struct Setup {
   int64_t decode_pages = 0;  // > 0: B's page pool (small: B preempts)
   bool speculative = false;  // n-gram speculative decoding on every engine
 };
+void PrintTo(const Setup& s, std::ostream* os) {
+  *os << "prefix_caching=" << s.prefix_caching << " decode_pages=" << s.decode_pages << " speculative=" << s.speculative;
+}
 
 class DisaggEngineHandOff : public ::testing::TestWithParam<Setup> {
  protected:
