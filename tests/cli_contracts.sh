@@ -205,6 +205,9 @@ expect_fail "serve: checkpoint budget without prefix caching" 2 "needs prefix ca
 expect_fail "serve: checkpoint budget below one KDA state" 1 "holds no KDA state checkpoint" -- "$GYRE" serve "$FX/glm5_tiny" --port 0 --prefix-cache-checkpoint-bytes 1
 expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm5_tiny" --model "$FX/kimi_tiny"
 expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
+expect_fail "router: --prefill and --decode required" 2 "prefill" -- "$GYRE" router --decode http://127.0.0.1:1
+expect_fail "router: a bad instance URL" 2 "--prefill" -- "$GYRE" router --prefill ftp://x --decode http://127.0.0.1:1
+expect_fail "serve: --role decode on cuda refused" 1 "cpu backend only" -- "$GYRE" serve --backend cuda --config "$FX/glm5_tiny/config.json" --role decode
 expect_fail "serve: --log-level verbose refused" 2 "debug, info, warning, error" -- "$GYRE" serve --log-level verbose
 expect_fail "serve: --log-format xml refused" 2 "text, json" -- "$GYRE" serve --log-format xml
 expect_fail "serve: malformed --allowed-origins" 2 "not a JSON list" -- "$GYRE" serve --allowed-origins '["https://a.example"'

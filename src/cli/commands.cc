@@ -32,6 +32,7 @@
 #include "cli/quantize_command.h"
 #include "cli/feedback_commands.h"
 #include "cli/plan_command.h"
+#include "cli/router_command.h"
 #include "cli/serve_command.h"
 #include "core/json_depth.h"
 #include "core/trace.h"
@@ -444,10 +445,11 @@ int Main(int argc, char** argv) {
   insp->add_option("--config", i_config, "a config.json alone (architecture and sizes; no weights)");
   insp->add_flag("--json", i_json);
 
-  std::function<int()> feedback_runner, serve_runner, eval_runner, plan_runner, quantize_runner;
+  std::function<int()> feedback_runner, serve_runner, eval_runner, plan_runner, quantize_runner, router_runner;
   AddFeedbackCommands(app, &feedback_runner);
   AddPlanCommand(app, &plan_runner);
   AddServeCommand(app, &serve_runner);
+  AddRouterCommand(app, &router_runner);
   AddEvalCommand(app, &eval_runner);
   AddQuantizeCommands(app, &quantize_runner);
 
@@ -476,6 +478,7 @@ int Main(int argc, char** argv) {
   if (*insp) return RunInspect(i_model, i_config, i_json);
   if (feedback_runner) return feedback_runner();
   if (serve_runner) return serve_runner();
+  if (router_runner) return router_runner();
   if (eval_runner) return eval_runner();
   if (plan_runner) return plan_runner();
   if (quantize_runner) return quantize_runner();

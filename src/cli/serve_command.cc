@@ -1,4 +1,5 @@
 #include "cli/serve_command.h"
+#include "cli/disagg_node.h"
 
 #include <CLI/CLI.hpp>
 
@@ -65,6 +66,7 @@ struct ServeArgs {
   // Disaggregation (docs/disaggregation.md): both (one runner) or local-pair (a prefill and a
   // decode runner in this process, each prefill's cache moved over TCP loopback).
   std::string role = "both";
+  int transfer_port = 0;          // --role decode: where caches arrive (0: a free port, printed)
   std::string config;             // --config FILE: random weights (cuda)
   bool random_weights = false;
   std::string tokenizer;          // tokenizer.json for --config (default: the bundled fixture tokenizer)
@@ -411,11 +413,28 @@ int RunServe(ServeArgs a) {
   }
   if (!engine.ok()) return Fail(engine.error());
   if (Status s = (*engine)->Start(); !s.ok()) return Fail(s);
+  std::unique_ptr<DisaggNode> node;  // --role prefill|decode (stopped before the engine)
+  if (a.role == "prefill" || a.role == "decode") {
+    DisaggNodeOptions no;
+    no.role = a.role == "prefill" ? DisaggRole::kPrefill : DisaggRole::kDecode;
+    no.transfer_host = a.host;
+    no.transfer_port = a.transfer_port;
+    auto n = DisaggNode::Create(engine->get(), no);
+    if (!n.ok()) {
+      (*engine)->Stop();
+      return Fail(n.error().WithContext("--transfer-port"));
+    }
+    node = std::move(*n);
+    backend_line += a.role == "prefill" ? "; disaggregated prefill instance (caches sent to the decode instance the router names)"
+                                        : "; disaggregated decode instance, caches arrive on transfer port " +
+                                              std::to_string(node->transfer_port());
+  }
 
   serve::ServerDeps deps;
   deps.engine = engine->get();
   deps.tokenizer = tok->get();
   deps.tokenizer_config = tc;
+  deps.disagg = node.get();
   if (tpl) {
     deps.render_chat = [tpl](const serve::Json& ctx) { return tpl->Render(ctx); };
   }
@@ -477,6 +496,7 @@ int RunServe(ServeArgs a) {
   sigwait(&sigs, &sig);
   std::fprintf(stderr, "gyre serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Stop();
+  if (node) node->Stop();
   // Before the engine (and its GPU context) goes: the device trace flushes from a live context.
   if (!a.trace.empty()) {
     auto n = feedback::StopAndWriteTrace(a.trace, {{"command", "serve"}, {"backend", a.backend}});
@@ -484,6 +504,8 @@ int RunServe(ServeArgs a) {
     std::fprintf(stderr, "gyre serve: wrote %zu trace events to %s\n", *n, a.trace.c_str());
   }
   server->reset();
+  (*engine)->Stop();  // (held exports end here, before the node that holds their sinks' target goes)
+  node.reset();
   engine->reset();
   std::fprintf(stderr, "gyre serve: stopped\n");
   return 0;
@@ -552,10 +574,17 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--http-threads", args->http_threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 256));
   s->add_option("--act", args->act, "cpu: activation dtype f32 (default) or bf16");
   s->add_option("--role", args->role,
-                "both (default: one runner) or local-pair (cpu: prefill and decode on two runners of this process, "
-                "each prefill's pages and KDA state moved over TCP loopback by the checked transfer protocol; "
-                "no prefix caching)")
-      ->check(CLI::IsMember({"both", "local-pair"}));
+                "both (default: prefill and decode here), prefill (a disaggregated prefill instance: runs the prompts "
+                "`gyre router` sends, and sends each cache, DSA pages + KDA state + first token, to the decode "
+                "instance the router names; frees it when acknowledged), decode (receives caches on --transfer-port, "
+                "verifies every checksum and decodes), or local-pair (cpu: prefill and decode on two runners of this "
+                "process, the cache over TCP loopback; no prefix caching). Roles other than both: cpu backend only. "
+                "docs/disaggregation.md")
+      ->check(CLI::IsMember({"both", "prefill", "decode", "local-pair"}));
+  s->add_option("--transfer-port", args->transfer_port,
+                "--role decode: TCP port (on --host) where prefill instances send caches; 0 (default) picks a free "
+                "one, printed at startup and reported by GET /disagg/status")
+      ->check(CLI::Range(0, 65535));
   s->add_option("--allowed-local-media-path", args->allowed_local_media_path,
                 "image_url parts may name file:// images inside this folder (default: file:// refused)");
   s->add_option("--backend", args->backend, "cpu (default) or cuda (the model on one GPU)")

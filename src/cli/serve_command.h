@@ -6,7 +6,7 @@
 //              [--chat-template FILE] [--http-threads N] [--act f32|bf16]
 //              [--allowed-origins LIST [--allowed-methods LIST] [--allowed-headers LIST]]
 //              [--log-level debug|info|warning|error] [--log-format text|json] [--disable-log-requests]
-//              [--role both|local-pair]
+//              [--role both|prefill|decode|local-pair [--transfer-port N]]
 //
 // Without --api-key the key comes from $GYRE_API_KEY (read once, at startup). --max-model-len is
 // capped by config.json's max_position_embeddings (a larger value is a usage error unless

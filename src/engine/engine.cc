@@ -72,6 +72,9 @@ struct Request {
   bool spec = false;
   std::vector<int32_t> spec_ids;
   std::unique_ptr<NgramIndex> ngram;  // its n-gram drafter (made at its first speculative step)
+  // SubmitImported: the prefilled cache to write at admission (then null: a recompute after
+  // preemption prefills prompt + generated tokens as usual).
+  std::unique_ptr<ImportedSequence> imported;
   // Phase boundaries for Usage (steady clock): Submit, first admission, first and last token.
   // Zero until reached; a preempted request keeps its first admission.
   std::chrono::steady_clock::time_point submitted, first_scheduled, first_token, last_token;
@@ -122,6 +125,32 @@ class EngineImpl final : public Engine {
   }
 
   Result<RequestId> Submit(RequestParams p, std::shared_ptr<RequestSink> sink) override {
+    return Enqueue(std::move(p), nullptr, std::move(sink));
+  }
+
+  Result<RequestId> SubmitImported(RequestParams p, ImportedSequence seq, std::shared_ptr<RequestSink> sink) override {
+    if (seq.num_tokens != static_cast<int64_t>(p.prompt.size()))
+      return Status::InvalidArgument("the imported cache holds " + std::to_string(seq.num_tokens) +
+                                     " tokens but the prompt has " + std::to_string(p.prompt.size()));
+    if (p.export_prefilled || p.constraint)
+      return Status::InvalidArgument("an imported request cannot be exported again or carry structured output");
+    if (!seq.write) return Status::InvalidArgument("the imported sequence has no writer");
+    if (seq.first.id < 0 || seq.first.id >= runner_.config().vocab_size)
+      return Status::InvalidArgument("the imported first token is outside the vocabulary");
+    return Enqueue(std::move(p), std::make_unique<ImportedSequence>(std::move(seq)), std::move(sink));
+  }
+
+  void ReleaseExported(RequestId id, const Status& status) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      releases_.emplace_back(id, status);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  Result<RequestId> Enqueue(RequestParams p, std::unique_ptr<ImportedSequence> imported,
+                            std::shared_ptr<RequestSink> sink) {
     const ModelConfig& c = runner_.config();
     if (p.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
     for (int32_t id : p.prompt) {
@@ -176,6 +205,7 @@ class EngineImpl final : public Engine {
       r->spec = !opts_.speculative.method.empty() && q.sampling.temperature <= 0 && !ops::HasPenalties(q.sampling) &&
                 q.sampling.min_tokens == 0 && q.logit_bias.empty() && !q.constraint && q.top_logprobs == 0;
     }
+    r->imported = std::move(imported);
     r->submitted = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(mu_);
     if (!running_flag_) return Status::Unavailable("the engine is not running");
@@ -190,6 +220,7 @@ class EngineImpl final : public Engine {
     return id;
   }
 
+ public:
   void Cancel(RequestId id) override {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -213,23 +244,35 @@ class EngineImpl final : public Engine {
     while (true) {
       std::vector<std::unique_ptr<Request>> incoming;
       std::vector<RequestId> cancels;
+      std::vector<std::pair<RequestId, Status>> releases;
       bool stopping = false;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] {
-          return !running_flag_ || !inbox_.empty() || !cancels_.empty() || HasWork() || !inflight_.empty();
+          return !running_flag_ || !inbox_.empty() || !cancels_.empty() || !releases_.empty() || HasWork() ||
+                 !inflight_.empty();
         });
         stopping = !running_flag_;
         for (auto& r : inbox_) incoming.push_back(std::move(r));
         inbox_.clear();
         cancels.swap(cancels_);
+        releases.swap(releases_);
       }
       for (auto& r : incoming) {
         trace::Record({"admit.queue", "sched", trace::NowNs(), -1, trace::ThreadId(), trace::Attrs{.request = r->id}});
         waiting_.push_back(std::move(r));
       }
       for (RequestId id : cancels) MarkCancelled(id);
+      for (const auto& [id, status] : releases) {
+        auto it = exported_.find(id);
+        if (it == exported_.end()) continue;  // (released twice, or ended at Stop)
+        if (status.ok()) Finish(*it->second, FinishReason::kLength);
+        else Finish(*it->second, FinishReason::kError, status);
+        exported_.erase(it);
+      }
       if (stopping) {
+        for (auto& [id, r] : exported_) Finish(*r, FinishReason::kCancelled);
+        exported_.clear();
         for (auto& r : running_) r->cancel = true;
         for (auto& r : waiting_) r->cancel = true;
       }
@@ -265,6 +308,8 @@ class EngineImpl final : public Engine {
   }
 
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
+  // An export_prefilled request stops after its first token (the decode instance goes on).
+  static int64_t MaxTokens(const Request& r) { return r.params.export_prefilled ? 1 : r.params.max_tokens; }
 
   void MarkCancelled(RequestId id) {
     for (auto& r : running_)
@@ -431,7 +476,7 @@ class EngineImpl final : public Engine {
       if (prev && r->pending == 0) return false;  // (cannot happen: nothing to run)
       const int64_t n = prev ? 1 : std::min({known - r->num_scheduled, budget, NextCut(*r, r->num_scheduled) - r->num_scheduled});
       const bool samples = r->num_scheduled + n == known + r->pending;
-      if (samples && r->num_generated() + r->pending >= r->params.max_tokens) return false;
+      if (samples && r->num_generated() + r->pending >= MaxTokens(*r)) return false;
       // A constrained request's mask depends on its previous token: never launched ahead of it.
       if (r->params.constraint && r->pending > 0) return false;
       // So is a speculating request: its drafts need its previous token, and a verify piece must
@@ -488,6 +533,13 @@ class EngineImpl final : public Engine {
     while (budget > 0 && !waiting_.empty() && sched.size() < max_pieces) {
       Request* r = waiting_.front().get();
       if (slots_.num_free() == 0) break;
+      if (r->imported) {
+        admitting = true;  // (its first piece is a plain decode, never a verify piece)
+        const bool admitted = AdmitImported(r, sched, pieces, budget, next_piece);
+        admitting = false;
+        if (!admitted) break;
+        continue;
+      }
       const int64_t known = static_cast<int64_t>(r->tokens.size());
       // A prefix-cache hit: the deepest restorable prefix, leaving at least the last token to run.
       PrefixCache::Match hit;
@@ -576,6 +628,64 @@ class EngineImpl final : public Engine {
     return true;
   }
 
+  // Admits the imported request at the front of the waiting queue: slot and pages for its cache,
+  // the cache written through its writer, its first token emitted, and its first decode piece
+  // scheduled. False when pages are short (it stays waiting).
+  template <typename NextPiece>
+  bool AdmitImported(Request* r, std::vector<Request*>& sched, std::vector<StepPiece>& pieces, int64_t& budget,
+                     NextPiece& next_piece) {
+    const int64_t n_tok = r->imported->num_tokens;
+    if (!HaveFreePages(PagesFor(n_tok + 1))) return false;
+    r->slot = *slots_.AllocateOne();
+    if (cache_) cache_->Acquire(r->tokens, 0, &r->cache);  // a miss: an empty sequence to publish into
+    Grow(*r, n_tok);
+    if (r->first_scheduled == std::chrono::steady_clock::time_point{}) r->first_scheduled = std::chrono::steady_clock::now();
+    r->pending = 0;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    std::unique_ptr<ImportedSequence> imp = std::move(r->imported);
+    auto end_now = [&](FinishReason reason, const Status& s) {
+      Finish(*r, reason, s);
+      running_.pop_back();
+      return true;
+    };
+    {
+      GYRE_SPAN("engine.import", "sched");
+      if (Status s = imp->write(runner_, r->slot, r->pages); !s.ok()) {
+        r->lost = true;
+        return end_now(FinishReason::kError, s);
+      }
+    }
+    r->num_scheduled = r->num_prefill = n_tok;
+    r->ckpt_end = n_tok / cap_.page_tokens * cap_.page_tokens;
+    EmitToken(*r, imp->first.id, imp->first.logprob, imp->first.top);
+    if (auto fr = finish_reason_.find(r->id); fr != finish_reason_.end()) {
+      const FinishReason reason = fr->second;
+      finish_reason_.erase(fr);
+      return end_now(reason, Status());
+    }
+    StepPiece p;
+    if (!next_piece(r, &p)) return true;  // (cannot happen: the first token is known, not in flight)
+    if (ops::HasPenalties(r->params.sampling)) p.history = std::span<const int32_t>(r->tokens).first(static_cast<size_t>(n_tok));
+    Grow(*r, n_tok + 1);
+    sched.push_back(r);
+    pieces.push_back(p);
+    budget -= 1;
+    return true;
+  }
+
+  // Hands the prefilled cache of an export_prefilled request to its sink.
+  Status Export(Request& r) {
+    GYRE_SPAN("engine.export", "sched");
+    PrefilledSequence seq;
+    seq.runner = &runner_;
+    seq.slot = r.slot;
+    seq.pages = r.pages;
+    seq.num_tokens = r.num_prompt;
+    seq.first_token = r.tokens.back();
+    return r.sink->OnPrefilled(r.id, seq);
+  }
+
   // Ends `reqs` (and every running request marked cancelled) with an error.
   void FailRunning(const std::vector<Request*>& reqs, const Status& s) {
     for (Request* r : reqs) r->cancel = r->lost = true;  // states are unknown now: end these requests
@@ -619,7 +729,7 @@ class EngineImpl final : public Engine {
                       (!p.ignore_eos && std::find(stops_eos.begin(), stops_eos.end(), id) != stops_eos.end());
     if (stop || (p.constraint && p.constraint->Complete())) {
       finish_reason_[r.id] = FinishReason::kStop;
-    } else if (r.num_generated() >= p.max_tokens) {
+    } else if (r.num_generated() >= MaxTokens(r)) {
       finish_reason_[r.id] = FinishReason::kLength;
     }
   }
@@ -678,7 +788,17 @@ class EngineImpl final : public Engine {
     // pages and slot can be reused by the next launch.
     for (auto it = running_.begin(); it != running_.end();) {
       auto fr = finish_reason_.find((*it)->id);
-      if (fr != finish_reason_.end()) {
+      if (fr != finish_reason_.end() && (*it)->params.export_prefilled &&
+          (fr->second == FinishReason::kStop || fr->second == FinishReason::kLength)) {
+        finish_reason_.erase(fr);
+        if (Status s = Export(**it); !s.ok()) {
+          Finish(**it, FinishReason::kError, s);
+        } else {
+          const RequestId id = (*it)->id;
+          exported_[id] = std::move(*it);
+        }
+        it = running_.erase(it);
+      } else if (fr != finish_reason_.end()) {
         auto fs = finish_status_.find((*it)->id);
         Finish(**it, fr->second, fs != finish_status_.end() ? fs->second : Status());
         if (fs != finish_status_.end()) finish_status_.erase(fs);
@@ -710,6 +830,7 @@ class EngineImpl final : public Engine {
     stats_.spec_verify_pieces = spec_verify_pieces_;
     stats_.spec_draft_tokens = spec_draft_tokens_;
     stats_.spec_accepted_tokens = spec_accepted_tokens_;
+    stats_.num_exported_held = static_cast<int64_t>(exported_.size());
     if (cache_) {
       const PrefixCacheStats cs = cache_->stats();
       stats_.prefix_caching = true;
@@ -740,6 +861,8 @@ class EngineImpl final : public Engine {
   std::deque<std::unique_ptr<Request>> waiting_;
   std::map<RequestId, FinishReason> finish_reason_;
   std::map<RequestId, Status> finish_status_;  // with finish_reason_ kError
+  // export_prefilled requests whose cache the sink took (OnPrefilled), held until ReleaseExported.
+  std::map<RequestId, std::unique_ptr<Request>> exported_;
   // Launched steps not yet collected, oldest first: per piece the request, its epoch at launch and
   // whether the piece samples.
   struct InFlight {
@@ -762,6 +885,7 @@ class EngineImpl final : public Engine {
   bool running_flag_ = false;
   std::vector<std::unique_ptr<Request>> inbox_;
   std::vector<RequestId> cancels_;
+  std::vector<std::pair<RequestId, Status>> releases_;
   RequestId next_id_ = 1;
   int64_t num_waiting_ = 0;
   EngineStats stats_;

@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,12 +52,38 @@ struct RequestParams {
   // image tokens), fed instead of the table rows. CPU runner only (Submit refuses it otherwise).
   // Such a request bypasses the prefix cache: it neither hits nor publishes blocks.
   std::shared_ptr<const PromptEmbeds> prompt_embeds;
+  // Disaggregation, prefill side (docs/disaggregation.md): the request ends after its first
+  // sampled token, and instead of freeing its cache the engine hands it to the sink's
+  // OnPrefilled and holds its pages and slot until Engine::ReleaseExported names it.
+  bool export_prefilled = false;
 };
+
+// The cache of a request whose prompt is prefilled (RequestSink::OnPrefilled). Valid during the
+// call only; the runner may be read there (ModelRunner::ReadPages / ReadSlotState: ordered like
+// steps, so the reads see the finished prefill).
+struct PrefilledSequence {
+  ModelRunner* runner = nullptr;
+  int32_t slot = -1;                 // SlotId
+  std::span<const int32_t> pages;    // PageIds: the block table (at least the pages of num_tokens)
+  int64_t num_tokens = 0;            // prompt tokens in the cache
+  int32_t first_token = -1;          // the token sampled after the prompt (already sent to OnToken)
+};
+
 
 struct TokenEvent {
   int32_t id = 0;
   float logprob = 0;                                 // log-softmax of the sampled token (temperature 1)
   std::vector<std::pair<int32_t, float>> top;        // top_logprobs alternatives, best first
+};
+
+// Disaggregation, decode side (Engine::SubmitImported): a prefilled sequence brought from
+// another instance. `write` fills the slot and pages the engine allocated for it (called on the
+// engine thread, ordered like steps; ids are SlotId / PageIds); a failure ends the request with
+// kError before any token is emitted. Then `first` is emitted and decoding continues from it.
+struct ImportedSequence {
+  int64_t num_tokens = 0;  // prompt tokens in the image (must equal the prompt's size)
+  TokenEvent first;        // the token the prefill instance sampled
+  std::function<Status(ModelRunner& runner, int32_t slot, std::span<const int32_t> pages)> write;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -75,6 +103,13 @@ class RequestSink {
   virtual void OnToken(const TokenEvent& ev) = 0;
   // Terminal: called exactly once. `status` is OK unless reason == kError.
   virtual void OnFinish(FinishReason reason, const Status& status, const Usage& usage) = 0;
+  // Requests with export_prefilled only, on the engine thread, after the first OnToken: the
+  // prefilled cache. OK: the engine holds it until ReleaseExported(id, ...) (which then calls
+  // OnFinish); an error ends the request with kError at once. Must not block (copy, then hand
+  // the sending to another thread).
+  virtual Status OnPrefilled(int64_t /*id*/, const PrefilledSequence& /*seq*/) {
+    return Status::Unimplemented("this sink does not take prefilled caches");
+  }
 };
 
 // Speculative decoding (docs/engine.md "Speculative decoding"), vLLM's --speculative-config.
@@ -141,6 +176,8 @@ struct EngineStats {
   // Speculative decoding: verify pieces run, draft tokens proposed and accepted (the bonus token
   // of each verify piece is not a draft).
   int64_t spec_verify_pieces = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  // Disaggregation: prefilled requests holding their cache until the transfer is acknowledged.
+  int64_t num_exported_held = 0;
 };
 
 class Engine {
@@ -164,6 +201,19 @@ class Engine {
   virtual Result<RequestId> Submit(RequestParams params, std::shared_ptr<RequestSink> sink) = 0;
   // Best effort: the request finishes with kCancelled at the next step if it has not finished.
   virtual void Cancel(RequestId id) = 0;
+
+  // Disaggregation (docs/disaggregation.md). SubmitImported queues a request whose prompt was
+  // prefilled elsewhere: `params.prompt` is the prompt (used for penalties and for a recompute
+  // after preemption), `seq` its cache; errors as Submit, and InvalidArgument when seq.num_tokens
+  // is not the prompt's size or params has export_prefilled or a constraint.
+  virtual Result<RequestId> SubmitImported(RequestParams /*params*/, ImportedSequence /*seq*/,
+                                           std::shared_ptr<RequestSink> /*sink*/) {
+    return Status::Unimplemented("this engine does not import sequences");
+  }
+  // Ends an export_prefilled request held since OnPrefilled: its pages and slot are freed and its
+  // sink gets OnFinish (kLength, or kError with `status` when not OK: the transfer failed). Any
+  // thread; unknown ids are ignored.
+  virtual void ReleaseExported(RequestId /*id*/, const Status& /*status*/) {}
 
   virtual EngineStats Stats() const = 0;
   virtual const ModelConfig& config() const = 0;

@@ -129,6 +129,8 @@ void ProcessText(std::string& out) {
   for (const Scalar& m : scalars) One(out, m, "");
 }
 
+}  // namespace
+
 void HistogramText(std::string& out, const char* name, const char* help, const std::string& labels,
                    const Histogram::Snapshot& s) {
   Header(out, name, "histogram", help);
@@ -141,7 +143,11 @@ void HistogramText(std::string& out, const char* name, const char* help, const s
   out += n + "_count{" + labels + "} " + std::to_string(s.count) + "\n";
 }
 
-}  // namespace
+void ScalarText(std::string& out, const char* name, const char* type, const char* help, const std::string& labels,
+                double v) {
+  Header(out, name, type, help);
+  Sample(out, name, labels, v);
+}
 
 ServeMetrics::ServeMetrics(std::string model_name)
     : model_name_(std::move(model_name)),

@@ -91,4 +91,12 @@ class ServeMetrics {
 // Escapes a Prometheus label value (backslash, double quote, newline).
 std::string PromEscape(std::string_view v);
 
+// Appends one histogram (HELP, TYPE, buckets, sum, count) to an exposition; `labels` is
+// `k="v",...` without braces (non-empty).
+void HistogramText(std::string& out, const char* name, const char* help, const std::string& labels,
+                   const Histogram::Snapshot& s);
+// Appends one counter or gauge (`type`) with its HELP and TYPE lines.
+void ScalarText(std::string& out, const char* name, const char* type, const char* help, const std::string& labels,
+                double v);
+
 }  // namespace gyre::serve

@@ -662,6 +662,14 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     }
     choice_params.push_back(std::move(pi));
   }
+  if (request.ticket && (n != 1 || !cfg_.disagg || choice_params[0].prompt_embeds)) {
+    // Images: a decode instance that recomputes a preempted prompt would have no image rows.
+    RespondError(*ex, ApiError::FromStatus(Status::InvalidArgument(
+                          !cfg_.disagg ? "this instance is not a disaggregated one (gyre serve --role prefill|decode)"
+                          : n != 1     ? "n > 1 is not supported with disaggregated prefill/decode"
+                                       : "image inputs are not supported with disaggregated prefill/decode yet")));
+    return;
+  }
   const bool stagger = n > 1 && cfg_.engine->Stats().prefix_caching;
   if (stagger) {
     s.later.assign(std::make_move_iterator(choice_params.begin() + 1), std::make_move_iterator(choice_params.end()));
@@ -671,7 +679,9 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
   std::vector<RequestId> ids;
   for (size_t i = 0; i < choice_params.size(); ++i) {
     RequestParams& pi = choice_params[i];
-    auto submitted = cfg_.engine->Submit(std::move(pi), std::make_shared<RunSink>(run, ex, static_cast<int64_t>(i)));
+    auto sink = std::make_shared<RunSink>(run, ex, static_cast<int64_t>(i));
+    auto submitted = request.ticket ? cfg_.disagg->Submit(std::move(pi), std::move(sink), *request.ticket)
+                                    : cfg_.engine->Submit(std::move(pi), std::move(sink));
     if (!submitted.ok()) {
       run->Abandon();  // the choices submitted before finish into nothing
       for (RequestId id : ids) cfg_.engine->Cancel(id);

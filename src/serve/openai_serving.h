@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,27 @@ using Clock = std::chrono::steady_clock;
 // "eos_token", ...chat_template_kwargs}) to the prompt text. Errors: InvalidArgument.
 using ChatRenderFn = std::function<Result<std::string>(const Json& context)>;
 
+// Disaggregated prefill/decode (docs/disaggregation.md): what the router asks of an instance for
+// one request, from its X-Gyre-Transfer-Id / X-Gyre-Transfer-To headers.
+struct DisaggTicket {
+  uint64_t transfer_id = 0;
+  std::string send_to;  // set: prefill and send the cache to this HOST:PORT; empty: decode an imported cache
+};
+
+// Implemented by `gyre serve --role prefill|decode` (cli/disagg_node.h).
+class DisaggHandler {
+ public:
+  virtual ~DisaggHandler() = default;
+  // Submits one request of a ticket: its sink gets the engine events as from Engine::Submit.
+  // Errors as Engine::Submit; NotFound when no verified cache arrived for the ticket (decode).
+  virtual Result<RequestId> Submit(RequestParams params, std::shared_ptr<RequestSink> sink,
+                                   const DisaggTicket& ticket) = 0;
+  // Fields for GET /disagg/status (role, transfer counts, bytes held).
+  virtual Json StatusJson() const = 0;
+  // Prometheus text appended to /metrics; `labels` as in HistogramText.
+  virtual std::string Metrics(const std::string& labels) const = 0;
+};
+
 struct ServingConfig {
   Engine* engine = nullptr;              // borrowed, started
   const Tokenizer* tokenizer = nullptr;  // borrowed
@@ -53,6 +75,7 @@ struct ServingConfig {
   // image parts are refused (a text-only model, or a backend without image support).
   std::shared_ptr<const ImageEncoder> images;
   std::string images_refused_reason;  // said in that refusal
+  DisaggHandler* disagg = nullptr;  // --role prefill|decode: requests with a DisaggTicket go there
 };
 
 // transformers' continue_final_message: `rendered` (a conversation rendered without a generation
@@ -82,6 +105,7 @@ class OpenAiServing {
     // request fields its Response object repeats (ResponsesRequest::echo). Null otherwise.
     Json responses;
     std::shared_ptr<const PromptEmbeds> embeds;  // chat with images: the image rows (else null)
+    std::optional<DisaggTicket> ticket;  // a request the disaggregation router sent
   };
   // Parses a /v1/chat/completions (`chat`) or /v1/completions body and builds its prompt ids.
   // Errors: InvalidArgument naming the field. Any thread.

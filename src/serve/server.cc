@@ -1,5 +1,6 @@
 #include "serve/server.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -23,6 +24,21 @@ Status CheckTokenizerMatchesModel(const Tokenizer& tok, const ModelConfig& confi
     }
   }
   return Status::Ok();
+}
+
+Json Server::DisaggStatus() const {
+  const EngineStats st = deps_.engine->Stats();
+  Json j{{"role", "both"},
+         {"num_running", st.num_running},
+         {"num_waiting", st.num_waiting},
+         {"kv_pages_total", st.kv_pages_total},
+         {"kv_pages_used", st.kv_pages_used},
+         {"kv_pages_free", st.kv_pages_total - st.kv_pages_used},
+         {"kda_slots_total", st.kda_slots_total},
+         {"kda_slots_used", st.kda_slots_used},
+         {"exported_held", st.num_exported_held}};
+  if (deps_.disagg) j.update(deps_.disagg->StatusJson());
+  return j;
 }
 
 std::string OpenAiErrorBody(int status, const std::string& message) {
@@ -94,6 +110,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   sc.eos_token_ids = s->deps_.engine->config().eos_token_ids;
   sc.images = s->deps_.images;
   sc.images_refused_reason = s->deps_.images_refused_reason;
+  sc.disagg = s->deps_.disagg;
   s->serving_ = std::make_unique<OpenAiServing>(std::move(sc));
   s->prepare_pool_ = std::make_unique<WorkPool>(s->opts_.num_prepare_threads, s->opts_.max_queued_prepares);
   if (s->deps_.trace.start && s->deps_.trace.stop) s->trace_window_ = std::make_unique<TraceWindow>(s->deps_.trace);
@@ -218,9 +235,10 @@ void Server::TraceRequest(const std::string& body, std::shared_ptr<HttpExchange>
 }
 
 void Server::Generate(Api api, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
-                      std::shared_ptr<RequestRecord> record) {
-  OffHttpThread(ex, [this, api, body = std::move(body), ex, arrival, record] {
+                      std::shared_ptr<RequestRecord> record, std::optional<DisaggTicket> ticket) {
+  OffHttpThread(ex, [this, api, body = std::move(body), ex, arrival, record, ticket] {
     auto prepared = api == Api::kResponses ? serving_->PrepareResponses(body) : serving_->Prepare(api == Api::kChat, body);
+    if (prepared.ok()) prepared->ticket = ticket;
     ex->Post([this, prepared = std::move(prepared), ex, arrival, record]() mutable {
       if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
       serving_->Submit(std::move(*prepared), ex, arrival, record);
@@ -296,7 +314,12 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
       r.body = metrics_->Render(deps_.engine->Stats());
+      if (deps_.disagg) r.body += deps_.disagg->Metrics("model_name=\"" + PromEscape(opts_.served_model_name) + "\"");
       ex->Respond(std::move(r));
+      return;
+    }
+    if (path == "/disagg/status") {
+      if (allow("GET")) RespondJson(*ex, DisaggStatus());
       return;
     }
     if (path == "/version") {
@@ -326,12 +349,20 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       if (allow("POST")) Tokenization(path == "/tokenize", std::move(req.body), ex);
       return;
     }
-    if (path == "/v1/chat/completions") {
-      if (allow("POST")) Generate(Api::kChat, std::move(req.body), ex, arrival, record);
-      return;
-    }
-    if (path == "/v1/completions") {
-      if (allow("POST")) Generate(Api::kCompletions, std::move(req.body), ex, arrival, record);
+    if (path == "/v1/chat/completions" || path == "/v1/completions") {
+      // The disaggregation router's headers (docs/disaggregation.md).
+      std::optional<DisaggTicket> ticket;
+      if (const std::string_view id = req.Header("x-gyre-transfer-id"); !id.empty()) {
+        ticket.emplace();
+        const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), ticket->transfer_id);
+        if (ec != std::errc() || end != id.data() + id.size()) {
+          RespondError(*ex, MakeError(400, "X-Gyre-Transfer-Id must be a decimal 64-bit id"));
+          return;
+        }
+        ticket->send_to = std::string(req.Header("x-gyre-transfer-to"));
+      }
+      const Api api = path == "/v1/chat/completions" ? Api::kChat : Api::kCompletions;
+      if (allow("POST")) Generate(api, std::move(req.body), ex, arrival, record, std::move(ticket));
       return;
     }
     if (path == "/v1/responses") {

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -83,6 +84,8 @@ struct ServerDeps {
   // Image inputs (openai_serving.h ServingConfig::images); null: refused, with the reason.
   std::shared_ptr<const ImageEncoder> images;
   std::string images_refused_reason;
+  // --role prefill|decode (may be null): requests with X-Gyre-Transfer-Id go there.
+  DisaggHandler* disagg = nullptr;
 };
 
 class Server {
@@ -111,7 +114,9 @@ class Server {
   // Prepares a generation request on the pool, then submits it on the exchange's strand.
   enum class Api { kChat, kCompletions, kResponses };  // the generation routes
   void Generate(Api api, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
-                std::shared_ptr<RequestRecord> record);
+                std::shared_ptr<RequestRecord> record, std::optional<DisaggTicket> ticket = std::nullopt);
+  // GET /disagg/status: the pools and queue the disaggregation router balances on.
+  Json DisaggStatus() const;
   // /tokenize (`tokenize`) or /detokenize, answered from the pool.
   void Tokenization(bool tokenize, std::string body, std::shared_ptr<HttpExchange> ex);
   // `ex` wrapped so that its end is counted (rejections by status) and logged (access line), and

@@ -1,0 +1,263 @@
+#include "cli/disagg_node.h"
+
+#include <charconv>
+#include <chrono>
+
+#include "core/trace.h"
+
+namespace gyre::cli {
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+// Prefill: forwards the engine's events to the request's own sink and hands the prefilled cache
+// to the node.
+class ExportSink final : public RequestSink {
+ public:
+  ExportSink(std::shared_ptr<RequestSink> inner, DisaggNode* node, serve::DisaggTicket ticket)
+      : inner_(std::move(inner)), node_(node), ticket_(std::move(ticket)) {}
+  void OnToken(const TokenEvent& ev) override { inner_->OnToken(ev); }
+  void OnFinish(FinishReason reason, const Status& status, const Usage& usage) override {
+    inner_->OnFinish(reason, status, usage);
+  }
+  Status OnPrefilled(int64_t id, const PrefilledSequence& seq) override { return node_->StartSend(id, ticket_, seq); }
+
+ private:
+  std::shared_ptr<RequestSink> inner_;
+  DisaggNode* node_;
+  const serve::DisaggTicket ticket_;
+};
+
+// "HOST:PORT" → (host, port); InvalidArgument otherwise.
+Result<std::pair<std::string, uint16_t>> SplitAddress(const std::string& a) {
+  const size_t colon = a.rfind(':');
+  unsigned port = 0;
+  if (colon == std::string::npos || colon == 0) return Status::InvalidArgument("transfer address '" + a + "' is not HOST:PORT");
+  const char* end = a.data() + a.size();
+  auto [p, ec] = std::from_chars(a.data() + colon + 1, end, port);
+  if (ec != std::errc() || p != end || port == 0 || port > 65535)
+    return Status::InvalidArgument("transfer address '" + a + "' has no valid port");
+  return std::pair{a.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
+std::vector<double> TransferBuckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0};
+}
+
+}  // namespace
+
+DisaggNode::DisaggNode(Engine* engine, const DisaggNodeOptions& opts)
+    : engine_(engine), opts_(opts), latency_(TransferBuckets()) {}
+
+Result<std::unique_ptr<DisaggNode>> DisaggNode::Create(Engine* engine, const DisaggNodeOptions& opts) {
+  if (!engine) return Status::InvalidArgument("DisaggNode needs an engine");
+  std::unique_ptr<DisaggNode> n(new DisaggNode(engine, opts));
+  if (opts.role == DisaggRole::kPrefill) {
+    n->senders_ = std::make_unique<serve::WorkPool>(std::max(1, opts.send_threads), int64_t{1} << 20);
+  } else {
+    if (opts.transfer_port < 0 || opts.transfer_port > 65535)
+      return Status::InvalidArgument("--transfer-port must be in [0, 65535]");
+    GYRE_ASSIGN_OR_RETURN(n->listener_, transfer::TcpListener::Listen(opts.transfer_host,
+                                                                      static_cast<uint16_t>(opts.transfer_port)));
+    n->acceptor_ = std::thread([p = n.get()] { p->AcceptLoop(); });
+  }
+  return n;
+}
+
+DisaggNode::~DisaggNode() { Stop(); }
+
+void DisaggNode::Stop() {
+  if (stop_.exchange(true)) return;
+  if (senders_) senders_->Stop();  // queued sends run with cancelled = true: their holds are released
+  if (acceptor_.joinable()) acceptor_.join();
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& in : inbound_) in->receiver->Stop();
+}
+
+Result<RequestId> DisaggNode::Submit(RequestParams params, std::shared_ptr<RequestSink> sink,
+                                     const serve::DisaggTicket& ticket) {
+  if (opts_.role == DisaggRole::kPrefill) {
+    if (ticket.send_to.empty())
+      return Status::InvalidArgument("a prefill instance needs X-Gyre-Transfer-To (the decode instance's transfer address)");
+    GYRE_RETURN_IF_ERROR(SplitAddress(ticket.send_to).status());
+    if (params.constraint)
+      return Status::InvalidArgument("structured output is not supported with disaggregated prefill/decode");
+    params.export_prefilled = true;
+    return engine_->Submit(std::move(params), std::make_shared<ExportSink>(std::move(sink), this, ticket));
+  }
+  if (!ticket.send_to.empty())
+    return Status::InvalidArgument("this is a decode instance: X-Gyre-Transfer-To is for prefill instances");
+  if (params.constraint)
+    return Status::InvalidArgument("structured output is not supported with disaggregated prefill/decode");
+  GYRE_ASSIGN_OR_RETURN(transfer::SequenceImage image, Take(ticket.transfer_id));
+  ImportedSequence seq;
+  seq.num_tokens = image.num_tokens;
+  seq.first.id = image.next_token;  // (its logprob stays on the prefill instance: 0 here)
+  auto shared = std::make_shared<transfer::SequenceImage>(std::move(image));
+  seq.write = [this, shared](ModelRunner& runner, int32_t slot, std::span<const int32_t> pages) {
+    GYRE_SPAN("transfer.import", "transfer");
+    Status s = transfer::ImportSequence(runner, *shared, slot, pages);
+    if (!s.ok()) ++import_failures_;
+    return s;
+  };
+  return engine_->SubmitImported(std::move(params), std::move(seq), std::move(sink));
+}
+
+Status DisaggNode::StartSend(RequestId id, const serve::DisaggTicket& ticket, const PrefilledSequence& seq) {
+  if (stop_) return Status::Unavailable("the server is stopping");
+  Result<transfer::SequenceImage> image = [&] {
+    GYRE_SPAN("transfer.export", "transfer");
+    return transfer::ExportSequence(*seq.runner, seq.slot, seq.pages, seq.num_tokens, seq.first_token);
+  }();
+  if (!image.ok()) return image.error().WithContext("exporting the prefilled cache");
+  ++in_flight_;
+  auto shared = std::make_shared<transfer::SequenceImage>(std::move(*image));
+  const bool queued = senders_->TrySubmit([this, id, ticket, shared](bool cancelled) {
+    if (cancelled) {
+      engine_->ReleaseExported(id, Status::Unavailable("the server stopped before the transfer"));
+      ++failed_;
+      --in_flight_;
+      return;
+    }
+    Send(id, ticket, *shared);
+  });
+  if (!queued) {
+    --in_flight_;
+    return Status::Unavailable("the transfer queue is stopped");
+  }
+  return Status::Ok();
+}
+
+void DisaggNode::Send(RequestId id, const serve::DisaggTicket& ticket, const transfer::SequenceImage& image) {
+  std::shared_ptr<Link> link;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& slot = links_[ticket.send_to];
+    if (!slot) slot = std::make_shared<Link>();
+    link = slot;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = SendOn(*link, ticket.send_to, ticket.transfer_id, image);
+  if (s.ok()) {
+    latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    bytes_ += image.num_bytes();
+    pages_ += static_cast<int64_t>(image.pages.size());
+    ++completed_;
+  } else {
+    ++failed_;
+    // A failed transfer is an unavailable decode side for the client (503), whatever the cause.
+    s = Status::Unavailable("the cache transfer to the decode instance at " + ticket.send_to + " failed: " + s.message());
+  }
+  // Pages and slot are freed only now: after the Ack, or after the protocol gave up.
+  engine_->ReleaseExported(id, s);
+  --in_flight_;
+}
+
+Status DisaggNode::SendOn(Link& link, const std::string& to, uint64_t transfer_id, const transfer::SequenceImage& image) {
+  std::lock_guard<std::mutex> l(link.mu);
+  if (!link.conn) {
+    GYRE_ASSIGN_OR_RETURN(auto addr, SplitAddress(to));
+    auto conn = transfer::TcpConnect(addr.first, addr.second, Ms(2000));
+    if (!conn.ok()) return conn.error().WithContext("connecting to " + to);
+    link.conn = std::move(*conn);
+    link.sender = std::make_unique<transfer::TransferSender>(*link.conn, transfer::SenderOptions{});
+  }
+  GYRE_SPAN("transfer.send", "transfer");
+  const int64_t retries_before = link.sender->stats().retries;
+  Status s = link.sender->Send(transfer_id, image);
+  retries_ += link.sender->stats().retries - retries_before;
+  if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
+    link.sender.reset();  // the link is dead or unanswered: the next transfer reconnects
+    link.conn.reset();
+  }
+  return s;
+}
+
+void DisaggNode::AcceptLoop() {
+  while (!stop_) {
+    auto conn = listener_->Accept(Ms(100));
+    if (!conn.ok()) continue;  // (a timeout: look at stop_ again)
+    auto in = std::make_shared<Inbound>();
+    in->conn = std::move(*conn);
+    in->receiver = std::make_unique<transfer::TransferReceiver>(*in->conn, transfer::ReceiverOptions{});
+    std::lock_guard<std::mutex> l(mu_);
+    inbound_.push_back(std::move(in));
+  }
+}
+
+Result<transfer::SequenceImage> DisaggNode::Take(uint64_t transfer_id) {
+  const auto deadline = std::chrono::steady_clock::now() + opts_.take_timeout;
+  while (true) {
+    std::vector<std::shared_ptr<Inbound>> links;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      links = inbound_;
+    }
+    for (auto& in : links) {
+      auto im = in->receiver->Take(transfer_id, Ms(0));
+      if (im.ok()) {
+        bytes_ += im->num_bytes();
+        pages_ += static_cast<int64_t>(im->pages.size());
+        ++completed_;
+        return im;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline || stop_) break;
+    std::this_thread::sleep_for(Ms(2));
+  }
+  ++failed_;
+  return Status::NotFound("no verified cache transfer " + std::to_string(transfer_id) + " arrived at this decode instance");
+}
+
+serve::Json DisaggNode::StatusJson() const {
+  const bool prefill = opts_.role == DisaggRole::kPrefill;
+  serve::Json j{{"role", prefill ? "prefill" : "decode"},
+                {"transfers_completed", completed_.load()},
+                {"transfers_failed", failed_.load()},
+                {"transfer_retries", retries_.load()},
+                {"transfer_bytes", bytes_.load()},
+                {"transfer_pages", pages_.load()}};
+  if (prefill) {
+    j["transfers_in_flight"] = in_flight_.load();
+  } else {
+    int64_t held = 0, staged = 0;
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& in : inbound_) {
+      held += in->receiver->held_bytes();
+      staged += in->receiver->num_in_flight();
+    }
+    j["transfer_address"] = opts_.transfer_host + ":" + std::to_string(listener_->port());
+    j["transfers_in_flight"] = staged;
+    j["receiver_held_bytes"] = held;
+    j["import_failures"] = import_failures_.load();
+  }
+  return j;
+}
+
+std::string DisaggNode::Metrics(const std::string& labels) const {
+  const serve::Json st = StatusJson();
+  const std::string l = labels + ",role=\"" + st["role"].get<std::string>() + "\"";
+  std::string out;
+  serve::ScalarText(out, "gyre_disagg_transfer_bytes_total", "counter",
+                    "Bytes of sequence caches (pages and KDA state) transferred (sent by prefill, taken by decode).", l,
+                    static_cast<double>(bytes_.load()));
+  serve::ScalarText(out, "gyre_disagg_transfer_pages_total", "counter", "KV pages transferred.", l,
+                    static_cast<double>(pages_.load()));
+  serve::ScalarText(out, "gyre_disagg_transfers_total", "counter", "Cache transfers completed (acknowledged).", l,
+                    static_cast<double>(completed_.load()));
+  serve::ScalarText(out, "gyre_disagg_transfer_failures_total", "counter",
+                    "Cache transfers that failed (prefill: after the protocol's retries; decode: no verified image).", l,
+                    static_cast<double>(failed_.load()));
+  serve::ScalarText(out, "gyre_disagg_transfer_retries_total", "counter", "Transfer attempts retried.", l,
+                    static_cast<double>(retries_.load()));
+  serve::ScalarText(out, "gyre_disagg_transfers_in_flight", "gauge",
+                    "Transfers in progress (prefill: exported, not yet acknowledged; decode: being received).", l,
+                    st.value("transfers_in_flight", int64_t{0}));
+  serve::HistogramText(out, "gyre_disagg_transfer_latency_seconds",
+                       "Histogram of one cache transfer's latency, send to acknowledgement (prefill).", l,
+                       latency_.Get());
+  return out;
+}
+
+}  // namespace gyre::cli

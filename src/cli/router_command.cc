@@ -1,0 +1,437 @@
+#include "cli/router_command.h"
+
+#include <CLI/CLI.hpp>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <pthread.h>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve/http_server.h"
+#include "serve/loadgen.h"
+#include "serve/openai_protocol.h"
+#include "serve/openai_serving.h"
+#include "serve/server.h"
+
+namespace gyre::cli {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using serve::Json;
+using Clock = std::chrono::steady_clock;
+
+struct RouterArgs {
+  std::vector<std::string> prefill, decode;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int http_threads = 2;
+  double timeout_s = 600;  // one upstream answer (a whole generation)
+  int poll_ms = 200;
+};
+
+serve::ApiError Error(int status, std::string message) {
+  serve::ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.type = serve::ErrorTypeFor(status);
+  return e;
+}
+
+// One HTTP exchange with an instance over a blocking socket whose reads time out (SO_RCVTIMEO).
+// Close() from another thread unblocks a read (the client left).
+class UpstreamCall {
+ public:
+  // Connects, sends, and reads the answer's header. Unavailable when the instance cannot be
+  // reached or the connection broke.
+  Status Start(const serve::Endpoint& ep, http::verb verb, const std::string& path, const std::string& body,
+               const std::vector<std::pair<std::string, std::string>>& headers, double timeout_s) {
+    beast::error_code ec;
+    asio::ip::tcp::resolver resolver(ioc_);
+    auto hosts = resolver.resolve(ep.host, ep.port, ec);
+    if (!ec) asio::connect(socket_, hosts, ec);
+    if (ec) return Status::Unavailable("cannot connect to " + ep.host + ":" + ep.port + ": " + ec.message());
+    timeval tv{static_cast<time_t>(timeout_s), static_cast<suseconds_t>((timeout_s - static_cast<int64_t>(timeout_s)) * 1e6)};
+    setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    http::request<http::string_body> req{verb, ep.prefix + path, 11};
+    req.set(http::field::host, ep.host + ":" + ep.port);
+    if (verb == http::verb::post) req.set(http::field::content_type, "application/json");
+    for (const auto& [k, v] : headers) req.set(k, v);
+    req.body() = body;
+    req.prepare_payload();
+    http::write(socket_, req, ec);
+    if (!ec) {
+      parser_.body_limit(boost::none);
+      http::read_header(socket_, buf_, parser_, ec);
+    }
+    if (ec) return Status::Unavailable("no answer from " + ep.host + ":" + ep.port + ": " + ec.message());
+    return Status::Ok();
+  }
+  int status() const { return static_cast<int>(parser_.get().result_int()); }
+  std::string content_type() const { return std::string(parser_.get()[http::field::content_type]); }
+  bool done() const { return parser_.is_done(); }
+  // Appends what arrives next of the body (at least one byte unless done). Unavailable when the
+  // connection broke (or timed out) before the body was complete.
+  Status ReadSome(std::string* out) {
+    char tmp[16384];
+    while (!parser_.is_done()) {
+      parser_.get().body().data = tmp;
+      parser_.get().body().size = sizeof tmp;
+      beast::error_code ec;
+      http::read_some(socket_, buf_, parser_, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return Status::Unavailable("the connection broke: " + ec.message());
+      const size_t n = sizeof tmp - parser_.get().body().size;
+      if (n > 0) {
+        out->append(tmp, n);
+        return Status::Ok();
+      }
+    }
+    return Status::Ok();
+  }
+  Status ReadAll(std::string* out) {
+    while (!parser_.is_done()) GYRE_RETURN_IF_ERROR(ReadSome(out));
+    return Status::Ok();
+  }
+  void Close() {
+    beast::error_code ec;
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  }
+
+ private:
+  asio::io_context ioc_;
+  asio::ip::tcp::socket socket_{ioc_};
+  beast::flat_buffer buf_;
+  http::response_parser<http::buffer_body> parser_;
+};
+
+// One instance as the router sees it.
+struct Instance {
+  std::string url;
+  serve::Endpoint ep;
+  bool prefill = false;
+  // Guarded by Router::mu_.
+  bool healthy = false;
+  std::string why;  // when not healthy
+  int64_t load = 0, pages_free = 0;
+  std::string transfer_address;  // decode
+  int64_t routed = 0;            // this router's requests there now
+};
+
+class Router {
+ public:
+  explicit Router(const RouterArgs& a) : args_(a), rng_(std::random_device{}()) {}
+
+  Status Init() {
+    for (const auto& [urls, prefill] : {std::pair{&args_.prefill, true}, std::pair{&args_.decode, false}}) {
+      for (const std::string& u : *urls) {
+        auto ep = serve::ParseUrl(u);
+        if (!ep.ok()) return ep.error().WithContext(prefill ? "--prefill" : "--decode");
+        auto in = std::make_unique<Instance>();
+        in->url = u;
+        in->ep = *ep;
+        in->prefill = prefill;
+        instances_.push_back(std::move(in));
+      }
+    }
+    PollOnce();
+    poller_ = std::thread([this] { PollLoop(); });
+    return Status::Ok();
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (poller_.joinable()) poller_.join();
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, std::chrono::seconds(5), [&] { return active_ == 0; });
+  }
+
+  void Handle(serve::HttpRequest req, std::shared_ptr<serve::HttpExchange> ex) {
+    const std::string& p = req.path;
+    if (p == "/health") return ex->Respond({.status = 200, .content_type = "text/plain"});
+    if (p == "/disagg/status") return serve::RespondJson(*ex, StatusJson());
+    if (p == "/v1/models") return Spawn([this, req = std::move(req), ex]() mutable { Models(req, *ex); });
+    if (p == "/v1/chat/completions" || p == "/v1/completions") {
+      if (req.method != "POST") return serve::RespondError(*ex, Error(405, "use POST on " + p));
+      return Spawn([this, req = std::move(req), ex]() mutable { Generate(req, ex); });
+    }
+    serve::RespondError(*ex, Error(404, "the router serves /v1/chat/completions, /v1/completions, /v1/models, "
+                                        "/health and /disagg/status; '" + p + "' is not one of them"));
+  }
+
+ private:
+  // Runs `fn` on its own thread (each request blocks on its upstream sockets).
+  void Spawn(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++active_;
+    }
+    std::thread([this, fn = std::move(fn)] {
+      fn();
+      std::lock_guard<std::mutex> l(mu_);
+      --active_;
+      cv_.notify_all();
+    }).detach();
+  }
+
+  void PollLoop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!cv_.wait_for(l, std::chrono::milliseconds(args_.poll_ms), [&] { return stopping_; })) {
+      l.unlock();
+      PollOnce();
+      l.lock();
+    }
+  }
+
+  // Reads every instance's GET /disagg/status.
+  void PollOnce() {
+    for (auto& in : instances_) {
+      UpstreamCall c;
+      std::string body;
+      Status s = c.Start(in->ep, http::verb::get, "/disagg/status", "", {}, 2.0);
+      if (s.ok()) s = c.ReadAll(&body);
+      Json j;
+      if (s.ok() && c.status() != 200) s = Status::Unavailable("GET /disagg/status answered " + std::to_string(c.status()));
+      if (s.ok()) {
+        j = Json::parse(body, nullptr, false);
+        const std::string want = in->prefill ? "prefill" : "decode";
+        if (j.is_discarded() || j.value("role", "") != want)
+          s = Status::Unavailable("it is not a " + want + " instance (gyre serve --role " + want + ")");
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      in->healthy = s.ok();
+      in->why = s.ok() ? "" : s.message();
+      if (!s.ok()) continue;
+      in->load = j.value("num_running", int64_t{0}) + j.value("num_waiting", int64_t{0});
+      in->pages_free = j.value("kv_pages_free", int64_t{0});
+      in->transfer_address = j.value("transfer_address", "");
+    }
+  }
+
+  Json StatusJson() {
+    std::lock_guard<std::mutex> l(mu_);
+    Json list = Json::array();
+    for (const auto& in : instances_) {
+      list.push_back(Json{{"url", in->url},
+                          {"role", in->prefill ? "prefill" : "decode"},
+                          {"healthy", in->healthy},
+                          {"why", in->why},
+                          {"load", in->load},
+                          {"kv_pages_free", in->pages_free},
+                          {"routed", in->routed}});
+    }
+    return Json{{"role", "router"}, {"instances", list}};
+  }
+
+  // The least loaded healthy instance of a role (load reported + routed here; for decode then the
+  // most free pages); null when none is healthy. Counts the request as routed there.
+  Instance* Pick(bool prefill) {
+    std::lock_guard<std::mutex> l(mu_);
+    Instance* best = nullptr;
+    for (auto& in : instances_) {
+      if (in->prefill != prefill || !in->healthy || (!prefill && in->transfer_address.empty())) continue;
+      auto key = [](const Instance& i) { return std::pair{i.load + i.routed, -i.pages_free}; };
+      if (!best || key(*in) < key(*best)) best = in.get();
+    }
+    if (best) ++best->routed;
+    return best;
+  }
+  void Done(Instance* in, bool unreachable) {
+    std::lock_guard<std::mutex> l(mu_);
+    --in->routed;
+    if (unreachable) {  // until the next poll says otherwise
+      in->healthy = false;
+      in->why = "unreachable";
+    }
+  }
+
+  static std::vector<std::pair<std::string, std::string>> Forwarded(const serve::HttpRequest& req) {
+    std::vector<std::pair<std::string, std::string>> h;
+    if (auto a = req.Header("authorization"); !a.empty()) h.emplace_back("Authorization", std::string(a));
+    return h;
+  }
+
+  // Relays a non-200 (or non-streamed) answer whole: status, content type and body.
+  static void RelayWhole(UpstreamCall& c, serve::HttpExchange& ex, const std::string& who) {
+    std::string body;
+    if (Status s = c.ReadAll(&body); !s.ok())
+      return serve::RespondError(ex, Error(502, "the " + who + " instance's answer broke off: " + s.message()));
+    ex.Respond({.status = c.status(), .content_type = c.content_type().empty() ? "application/json" : c.content_type(),
+                .body = std::move(body)});
+  }
+
+  void Models(const serve::HttpRequest& req, serve::HttpExchange& ex) {
+    Instance* d = Pick(false);
+    if (!d) return serve::RespondError(ex, Error(503, "no decode instance is available"));
+    UpstreamCall c;
+    Status s = c.Start(d->ep, http::verb::get, "/v1/models", "", Forwarded(req), 10);
+    Done(d, !s.ok());
+    if (!s.ok()) return serve::RespondError(ex, Error(502, "decode instance " + d->url + ": " + s.message()));
+    RelayWhole(c, ex, "decode");
+  }
+
+  void Generate(const serve::HttpRequest& req, std::shared_ptr<serve::HttpExchange> ex) {
+    Json body = Json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object())
+      return serve::RespondError(*ex, Error(400, "the request body is not a JSON object"));
+    Instance* p = Pick(true);
+    if (!p) return serve::RespondError(*ex, Error(503, "no prefill instance is available"));
+    Instance* d = Pick(false);
+    if (!d) {
+      Done(p, false);
+      return serve::RespondError(*ex, Error(503, "no decode instance is available"));
+    }
+    uint64_t id;
+    std::string to;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      id = rng_() >> 1;  // (decimal in a header; any 63-bit value)
+      to = d->transfer_address;
+    }
+    // 1. Prefill: the prompt and its first token; 200 only once the decode instance holds the cache.
+    Json pre = body;
+    pre["stream"] = false;
+    pre.erase("stream_options");
+    auto headers = Forwarded(req);
+    headers.emplace_back("X-Gyre-Transfer-Id", std::to_string(id));
+    {
+      UpstreamCall c;
+      Status s = c.Start(p->ep, http::verb::post, req.path, pre.dump(), [&] {
+        auto h = headers;
+        h.emplace_back("X-Gyre-Transfer-To", to);
+        return h;
+      }(), args_.timeout_s);
+      Done(p, !s.ok());
+      if (!s.ok()) {
+        Done(d, false);
+        return serve::RespondError(*ex, Error(502, "prefill instance " + p->url + " is unreachable: " + s.message()));
+      }
+      if (c.status() != 200) {
+        Done(d, false);
+        return RelayWhole(c, *ex, "prefill");
+      }
+      std::string ignored;
+      if (Status r = c.ReadAll(&ignored); !r.ok()) {
+        Done(d, false);
+        return serve::RespondError(*ex, Error(502, "prefill instance " + p->url + ": " + r.message()));
+      }
+    }
+    // 2. Decode: relayed as it comes.
+    auto c = std::make_shared<UpstreamCall>();
+    ex->OnAbort([c] { c->Close(); });  // the client left: the decode instance sees its request go
+    Status s = c->Start(d->ep, http::verb::post, req.path, req.body, headers, args_.timeout_s);
+    Done(d, !s.ok());
+    if (!s.ok())
+      return serve::RespondError(*ex, Error(502, "decode instance " + d->url + " is unreachable: " + s.message()));
+    const bool sse = c->content_type().rfind("text/event-stream", 0) == 0;
+    if (c->status() != 200 || !sse) return RelayWhole(*c, *ex, "decode");
+    ex->StartStream(200, c->content_type());
+    while (!c->done()) {
+      std::string chunk;
+      if (Status r = c->ReadSome(&chunk); !r.ok()) {
+        serve::ApiError e = Error(502, "decode instance " + d->url + " stopped mid-stream: " + r.message());
+        ex->Write("data: " + Json{{"error", e.ToJson()["error"]}}.dump() + "\n\n");
+        break;
+      }
+      if (!chunk.empty() && !ex->Write(std::move(chunk))) {
+        c->Close();
+        return;
+      }
+    }
+    ex->EndStream();
+  }
+
+  const RouterArgs args_;
+  std::vector<std::unique_ptr<Instance>> instances_;  // the list is constant after Init
+  std::thread poller_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  int64_t active_ = 0;
+  std::mt19937_64 rng_;
+};
+
+int RunRouter(const RouterArgs& a) {
+  if (a.prefill.empty() || a.decode.empty()) {
+    std::fprintf(stderr, "gyre router: give at least one --prefill URL and one --decode URL\n");
+    return 2;
+  }
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  Router router(a);
+  if (Status s = router.Init(); !s.ok()) {
+    std::fprintf(stderr, "gyre router: %s\n", s.message().c_str());
+    return 2;
+  }
+  serve::HttpServerOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.num_threads = a.http_threads;
+  ho.error_body = serve::OpenAiErrorBody;
+  auto server = serve::HttpServer::Create(
+      ho, [&router](serve::HttpRequest r, std::shared_ptr<serve::HttpExchange> ex) { router.Handle(std::move(r), ex); });
+  if (!server.ok()) {
+    std::fprintf(stderr, "gyre router: error: %s\n", server.error().ToString().c_str());
+    router.Stop();
+    return 1;
+  }
+  if (Status s = (*server)->Start(); !s.ok()) {
+    std::fprintf(stderr, "gyre router: error: %s\n", s.ToString().c_str());
+    router.Stop();
+    return 1;
+  }
+  std::printf("gyre router: listening on http://%s:%d (%zu prefill, %zu decode instances)\n", a.host.c_str(),
+              (*server)->port(), a.prefill.size(), a.decode.size());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  (*server)->Stop();
+  router.Stop();
+  std::fprintf(stderr, "gyre router: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void AddRouterCommand(CLI::App& app, std::function<int()>* runner) {
+  auto a = std::make_shared<RouterArgs>();
+  auto* r = app.add_subcommand("router",
+                               "front of disaggregated prefill/decode: the OpenAI API over `gyre serve --role prefill` "
+                               "and `--role decode` instances (docs/disaggregation.md)");
+  r->add_option("--prefill", a->prefill, "prefill instance base URLs (http://HOST:PORT), one or more")->required();
+  r->add_option("--decode", a->decode, "decode instance base URLs (http://HOST:PORT), one or more")->required();
+  r->add_option("--host", a->host, "address to listen on")->capture_default_str();
+  r->add_option("--port", a->port, "port (0 picks a free one)")->check(CLI::Range(0, 65535))->capture_default_str();
+  r->add_option("--http-threads", a->http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256))->capture_default_str();
+  r->add_option("--timeout-s", a->timeout_s, "longest wait for one instance's answer (a whole generation)")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  r->add_option("--poll-ms", a->poll_ms, "how often each instance's GET /disagg/status is read (load balancing, health)")
+      ->check(CLI::Range(10, 60000))
+      ->capture_default_str();
+  r->callback([a, runner] { *runner = [a] { return RunRouter(*a); }; });
+}
+
+}  // namespace gyre::cli

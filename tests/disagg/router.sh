@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Disaggregated serving across processes: `gyre router` over a `gyre serve --role prefill` and a
+# `--role decode` instance gives the colocated server's greedy outputs byte for byte through the
+# OpenAI API (completions and chat, plain and streamed, a prompt prefilled in chunks, prompts
+# ending exactly on a page boundary, concurrent requests); both instances' pools return to zero;
+# then with the decode instance killed the router and the prefill instance answer with an error
+# status and the prefill instance's pools return to zero. Usage: router.sh GYRE_BINARY MODEL_DIR
+set -euo pipefail
+gyre="$1"
+model="$2"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+wait_port() {  # wait_port NAME PATTERN: sets PORT_<NAME> from "listening on http://HOST:PORT"
+  local name="$1"
+  for _ in $(seq 1 300); do
+    if grep -q "listening on http://" "$work/$name.out" 2>/dev/null; then
+      eval "PORT_$name=$(grep -o 'listening on http://[^ ]*' "$work/$name.out" | head -1 | sed 's/.*://')"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "$name did not start:"; cat "$work/$name.err"; exit 1
+}
+start() {  # start NAME ARGS...: a gyre serve
+  local name="$1"
+  shift
+  "$gyre" serve --model "$model" --port 0 --served-model-name m --max-num-batched-tokens 32 --kv-page-tokens 16 "$@" \
+    >"$work/$name.out" 2>"$work/$name.err" &
+  pids+=($!)
+  eval "PID_$name=$!"
+}
+
+start colo
+start prefill --role prefill
+start decode --role decode --transfer-port 0
+wait_port colo; wait_port prefill; wait_port decode
+"$gyre" router --port 0 --prefill "http://127.0.0.1:$PORT_prefill" --decode "http://127.0.0.1:$PORT_decode" --poll-ms 100 \
+  >"$work/router.out" 2>"$work/router.err" &
+pids+=($!)
+wait_port router
+
+python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" <<'PY'
+import json, os, signal, sys, threading, time, urllib.error, urllib.request
+colo, router, prefill, decode, decode_pid = sys.argv[1:6]
+failures = []
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+def http(port, path, body=None, headers=None, timeout=60):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+def generate(port, path, body):
+    status, raw = http(port, path, body)
+    if status != 200:
+        return f"HTTP {status}: {raw}"
+    chat = path.endswith("chat/completions")
+    if not body.get("stream"):
+        c = json.loads(raw)["choices"][0]
+        if chat:  # (the GLM template opens a thinking block: the text may all be reasoning)
+            m = c["message"]
+            return (m.get("reasoning_content") or "") + "|" + (m.get("content") or ""), c["finish_reason"]
+        return c["text"], c["finish_reason"]
+    text, reasoning, reason, chunks = "", "", None, 0
+    for line in raw.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            ch = json.loads(line[6:])["choices"]
+            chunks += 1
+            if ch:
+                if chat:
+                    reasoning += ch[0].get("delta", {}).get("reasoning_content") or ""
+                    text += ch[0].get("delta", {}).get("content") or ""
+                else:
+                    text += ch[0].get("text", "")
+                reason = ch[0].get("finish_reason") or reason
+    check(chunks > 1 and raw.rstrip().endswith("data: [DONE]"), f"stream of {len(raw)} bytes is complete")
+    return (reasoning + "|" + text if chat else text), reason
+
+# Prompts: short; long enough to be prefilled in chunks of 32 tokens; ids ending exactly on a
+# page boundary (16 and 48 tokens); a chat conversation.
+prompts = ["Hello", "The quick brown fox jumps over the lazy dog " * 6, list(range(100, 116)),
+           list(range(200, 248)), "Once upon a time, in a land far away, there lived a " * 3]
+cases = []
+for stream in (False, True):
+    for p in prompts:
+        cases.append(("/v1/completions", {"model": "m", "prompt": p, "max_tokens": 10, "temperature": 0,
+                                          "ignore_eos": True, "stream": stream}))
+    cases.append(("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "Say something."}],
+                                           "max_tokens": 10, "temperature": 0, "stream": stream}))
+# max_tokens 1: the decode instance emits the transferred token and stops.
+cases.append(("/v1/completions", {"model": "m", "prompt": "Hello there", "max_tokens": 1, "temperature": 0}))
+want = [generate(colo, path, body) for path, body in cases]
+for (path, body), w in zip(cases, want):
+    got = generate(router, path, body)
+    check(got == w and isinstance(w, tuple) and len(w[0].strip("|")) > 0,
+          f"{path} stream={body.get('stream')} prompt={str(body.get('prompt', 'chat'))[:24]!r}: {w!r} vs {got!r}")
+
+# Concurrent requests through the router.
+got = [None] * len(cases)
+def run(i): got[i] = generate(router, *cases[i])
+ts = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+[t.start() for t in ts]; [t.join() for t in ts]
+for i in range(len(cases)):
+    check(got[i] == want[i], f"concurrent case {i}: {want[i]!r} vs {got[i]!r}")
+
+# An error of an instance is passed through with its status.
+status, raw = http(router, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 0})
+check(status == 400 and "error" in json.loads(raw), f"bad request through the router: {status} {raw}")
+
+def pools_zero(port, what):
+    for _ in range(100):
+        st = json.loads(http(port, "/disagg/status")[1])
+        if st["kv_pages_used"] == 0 and st["kda_slots_used"] == 0 and st["exported_held"] == 0 \
+                and st.get("transfers_in_flight", 0) == 0:
+            return st
+        time.sleep(0.05)
+    check(False, f"{what} pools back to zero: {st}")
+    return st
+
+pst = pools_zero(prefill, "prefill")
+dst = pools_zero(decode, "decode")
+n_ok = 2 * len(cases)
+check(pst["transfers_completed"] >= n_ok and pst["transfer_pages"] > 0 and pst["transfer_bytes"] > 0,
+      f"prefill counted its transfers: {pst}")
+check(dst["transfers_completed"] >= n_ok and dst["receiver_held_bytes"] == 0, f"decode counted its imports: {dst}")
+metrics = http(prefill, "/metrics")[1]
+check("gyre_disagg_transfer_latency_seconds_count" in metrics and "gyre_disagg_transfers_total{" in metrics,
+      "the prefill instance exports transfer metrics")
+
+# The decode instance dies: the prefill's transfer fails (503, its pools return to zero) and the
+# router answers with an error status, never with output.
+os.kill(int(decode_pid), signal.SIGKILL)
+time.sleep(0.2)
+body = {"model": "m", "prompt": "Hello", "max_tokens": 10, "temperature": 0}
+status, raw = http(prefill, "/v1/completions", body,
+                   {"X-Gyre-Transfer-Id": "12345", "X-Gyre-Transfer-To": dst["transfer_address"]})
+check(status == 503 and "transfer" in raw, f"prefill with a dead decode instance: {status} {raw}")
+for stream in (False, True):
+    status, raw = http(router, "/v1/completions", {**body, "stream": stream})
+    check(status in (502, 503) and "error" in json.loads(raw), f"router with a dead decode instance: {status} {raw}")
+pools_zero(prefill, "prefill after the failures")
+print(f"{len(failures)} failures")
+sys.exit(1 if failures else 0)
+PY
