@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/prefix_affinity.h"
 #include "serve/http_server.h"
 #include "serve/loadgen.h"
 #include "serve/openai_protocol.h"
@@ -42,6 +43,8 @@ struct RouterArgs {
   int http_threads = 2;
   double timeout_s = 600;  // one upstream answer (a whole generation)
   int poll_ms = 200;
+  bool prefix_routing = true;
+  PrefixAffinityOptions affinity;
 };
 
 serve::ApiError Error(int status, std::string message) {
@@ -134,7 +137,8 @@ struct Instance {
 
 class Router {
  public:
-  explicit Router(const RouterArgs& a) : args_(a), rng_(std::random_device{}()) {}
+  explicit Router(const RouterArgs& a)
+      : args_(a), affinity_(a.prefill.size() + a.decode.size(), a.affinity), rng_(std::random_device{}()) {}
 
   Status Init() {
     for (const auto& [urls, prefill] : {std::pair{&args_.prefill, true}, std::pair{&args_.decode, false}}) {
@@ -219,7 +223,10 @@ class Router {
       std::lock_guard<std::mutex> l(mu_);
       in->healthy = s.ok();
       in->why = s.ok() ? "" : s.message();
-      if (!s.ok()) continue;
+      if (!s.ok()) {  // (when it comes back, its cache may be gone)
+        affinity_.Forget(static_cast<size_t>(&in - instances_.data()));
+        continue;
+      }
       in->load = j.value("num_running", int64_t{0}) + j.value("num_waiting", int64_t{0});
       in->pages_free = j.value("kv_pages_free", int64_t{0});
       in->transfer_address = j.value("transfer_address", "");
@@ -229,30 +236,57 @@ class Router {
   Json StatusJson() {
     std::lock_guard<std::mutex> l(mu_);
     Json list = Json::array();
-    for (const auto& in : instances_) {
-      list.push_back(Json{{"url", in->url},
-                          {"role", in->prefill ? "prefill" : "decode"},
-                          {"healthy", in->healthy},
-                          {"why", in->why},
-                          {"load", in->load},
-                          {"kv_pages_free", in->pages_free},
-                          {"routed", in->routed}});
+    for (size_t i = 0; i < instances_.size(); ++i) {
+      const Instance& in = *instances_[i];
+      Json e{{"url", in.url},
+             {"role", in.prefill ? "prefill" : "decode"},
+             {"healthy", in.healthy},
+             {"why", in.why},
+             {"load", in.load},
+             {"kv_pages_free", in.pages_free},
+             {"routed", in.routed}};
+      if (in.prefill) e["prefix_blocks"] = affinity_.Blocks(i);
+      list.push_back(std::move(e));
     }
-    return Json{{"role", "router"}, {"instances", list}};
+    return Json{{"role", "router"},
+                {"instances", list},
+                {"prefix_routing",
+                 {{"enabled", args_.prefix_routing},
+                  {"block_bytes", args_.affinity.block_bytes},
+                  {"balance_slack", args_.affinity.balance_slack},
+                  {"prefill_requests", prefill_requests_},
+                  {"routed_by_prefix", routed_by_prefix_},
+                  {"matched_blocks", matched_blocks_}}}};
   }
 
-  // The least loaded healthy instance of a role (load reported + routed here; for decode then the
-  // most free pages); null when none is healthy. Counts the request as routed there.
-  Instance* Pick(bool prefill) {
+  // The least loaded healthy instance of a role (load reported + routed here; then the most free
+  // pages); null when none is healthy. For prefill with prefix routing on and a prompt of at least
+  // one block (`chain`), the instance that got the longest run of its leading blocks when its load
+  // is within the slack (PrefixAffinity). Counts the request as routed there.
+  Instance* Pick(bool prefill, const std::vector<uint64_t>& chain = {}) {
     std::lock_guard<std::mutex> l(mu_);
-    Instance* best = nullptr;
-    for (auto& in : instances_) {
-      if (in->prefill != prefill || !in->healthy || (!prefill && in->transfer_address.empty())) continue;
-      auto key = [](const Instance& i) { return std::pair{i.load + i.routed, -i.pages_free}; };
-      if (!best || key(*in) < key(*best)) best = in.get();
+    size_t best = instances_.size();
+    std::vector<PrefixAffinity::Candidate> candidates;
+    auto key = [](const Instance& x) { return std::pair{x.load + x.routed, -x.pages_free}; };
+    for (size_t i = 0; i < instances_.size(); ++i) {
+      const Instance& in = *instances_[i];
+      if (in.prefill != prefill || !in.healthy || (!prefill && in.transfer_address.empty())) continue;
+      if (best == instances_.size() || key(in) < key(*instances_[best])) best = i;
+      candidates.push_back({i, in.load + in.routed});
     }
-    if (best) ++best->routed;
-    return best;
+    if (best == instances_.size()) return nullptr;
+    if (prefill) ++prefill_requests_;
+    if (prefill && args_.prefix_routing && !chain.empty()) {
+      const PrefixAffinity::Choice c = affinity_.Choose(candidates, chain);
+      if (c.by_prefix) {
+        best = c.instance;
+        ++routed_by_prefix_;
+        matched_blocks_ += static_cast<int64_t>(c.matched_blocks);
+      }
+      affinity_.Record(best, chain);
+    }
+    ++instances_[best]->routed;
+    return instances_[best].get();
   }
   void Done(Instance* in, bool unreachable) {
     std::lock_guard<std::mutex> l(mu_);
@@ -292,7 +326,8 @@ class Router {
     Json body = Json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object())
       return serve::RespondError(*ex, Error(400, "the request body is not a JSON object"));
-    Instance* p = Pick(true);
+    Instance* p = Pick(true, args_.prefix_routing ? BlockChain(PromptKey(body), args_.affinity.block_bytes)
+                                                  : std::vector<uint64_t>{});
     if (!p) return serve::RespondError(*ex, Error(503, "no prefill instance is available"));
     Instance* d = Pick(false);
     if (!d) {
@@ -363,6 +398,8 @@ class Router {
   std::vector<std::unique_ptr<Instance>> instances_;  // the list is constant after Init
   std::thread poller_;
   std::mutex mu_;
+  PrefixAffinity affinity_;  // guarded by mu_
+  int64_t prefill_requests_ = 0, routed_by_prefix_ = 0, matched_blocks_ = 0;
   std::condition_variable cv_;
   bool stopping_ = false;
   int64_t active_ = 0;
@@ -430,6 +467,22 @@ void AddRouterCommand(CLI::App& app, std::function<int()>* runner) {
       ->capture_default_str();
   r->add_option("--poll-ms", a->poll_ms, "how often each instance's GET /disagg/status is read (load balancing, health)")
       ->check(CLI::Range(10, 60000))
+      ->capture_default_str();
+  r->add_flag("--prefix-routing,!--no-prefix-routing", a->prefix_routing,
+              "send a prompt to the prefill instance that got the longest run of its leading blocks (a conversation's "
+              "next turn to the instance whose prefix cache holds the last one), unless that instance is over "
+              "--prefix-balance-slack requests busier than the least loaded")
+      ->capture_default_str();
+  r->add_option("--prefix-block-bytes", a->affinity.block_bytes, "prompt bytes per block the router records")
+      ->check(CLI::Range(16, 1 << 20))
+      ->capture_default_str();
+  r->add_option("--prefix-balance-slack", a->affinity.balance_slack,
+                "how many more requests than the least loaded prefill instance a prefix match may have")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  r->add_option("--prefix-max-blocks", a->affinity.max_blocks_per_instance,
+                "blocks remembered per prefill instance (least recently used dropped)")
+      ->check(CLI::Range(1, 1 << 26))
       ->capture_default_str();
   r->callback([a, runner] { *runner = [a] { return RunRouter(*a); }; });
 }

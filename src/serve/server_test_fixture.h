@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -205,7 +206,10 @@ class ServerTest : public ::testing::Test {
         ++slow_renders_;
         std::this_thread::sleep_for(std::chrono::milliseconds(slow_render_ms_));
       }
-      last_context_ = ctx;
+      {
+        std::lock_guard<std::mutex> l(last_context_mu_);  // concurrent requests render on several threads
+        last_context_ = ctx;
+      }
       if (template_) return template_->Render(ctx);
       std::string s = "[gMASK]<sop>";
       for (const auto& m : ctx["messages"]) {
@@ -272,7 +276,8 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<FakeEngine> engine_;
   std::unique_ptr<Server> server_;
   int port_ = 0;
-  Json last_context_;
+  Json last_context_;  // the last render's context (read by tests once their requests finished)
+  std::mutex last_context_mu_;
   int slow_render_ms_ = 0;             // > 0: rendering a first message "slow" takes this long
   std::atomic<int> slow_renders_{0};   // slow renders started
 };

@@ -4,11 +4,23 @@
 # OpenAI API (completions and chat, plain and streamed, a prompt prefilled in chunks, prompts
 # ending exactly on a page boundary, concurrent requests); both instances' pools return to zero;
 # then with the decode instance killed the router and the prefill instance answer with an error
-# status and the prefill instance's pools return to zero. Usage: router.sh GYRE_BINARY MODEL_DIR
+# status and the prefill instance's pools return to zero. An image request is refused through the
+# router (400, naming images) while the colocated server answers it. Usage: router.sh GYRE_BINARY MODEL_DIR
 set -euo pipefail
 gyre="$1"
-model="$2"
 work="$(mktemp -d)"
+# A copy of the model whose config moves the image placeholder ids into the tiny vocabulary (as
+# tests/serve/run.sh does), so that image inputs are accepted by the colocated server.
+model="$work/model"
+mkdir -p "$model"
+for f in "$2"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$model/"; done
+python3 - "$2/config.json" "$model/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(image_token_id=1010, image_start_token_id=1011, image_end_token_id=1012)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+media="$(cd "$(dirname "$0")/../fixtures/images" && pwd)"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -46,9 +58,9 @@ wait_port colo; wait_port prefill; wait_port decode
 pids+=($!)
 wait_port router
 
-python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" <<'PY'
-import json, os, signal, sys, threading, time, urllib.error, urllib.request
-colo, router, prefill, decode, decode_pid = sys.argv[1:6]
+python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" "$media" <<'PY'
+import base64, json, os, signal, sys, threading, time, urllib.error, urllib.request
+colo, router, prefill, decode, decode_pid, media = sys.argv[1:7]
 failures = []
 def check(ok, what):
     if not ok:
@@ -121,6 +133,43 @@ for i in range(len(cases)):
 # An error of an instance is passed through with its status.
 status, raw = http(router, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 0})
 check(status == 400 and "error" in json.loads(raw), f"bad request through the router: {status} {raw}")
+
+# Images with disaggregation are refused with a 400 that says so (a decode instance that recomputes
+# a preempted prompt would have no image rows); the colocated server answers the same request.
+png = base64.b64encode(open(os.path.join(media, "rgb_140x112.png"), "rb").read()).decode()
+image_chat = {"model": "m", "max_tokens": 2, "temperature": 0, "messages": [{"role": "user", "content": [
+    {"type": "text", "text": "What is this?"},
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}}]}]}
+status, raw = http(colo, "/v1/chat/completions", image_chat)
+check(status == 200, f"image request on the colocated server: {status} {raw[:200]}")
+for stream in (False, True):
+    status, raw = http(router, "/v1/chat/completions", {**image_chat, "stream": stream})
+    check(status == 400 and "image inputs are not supported with disaggregated" in raw,
+          f"image request through the router (stream={stream}): {status} {raw[:300]}")
+
+# Prefix routing: a conversation's later turns are routed by their prefix (one prefill instance
+# here, so this checks the router's record and counters; test_cli's PrefixAffinity tests cover the
+# choice between instances). Turn 1 is long enough for several 256-byte blocks.
+def router_prefix():
+    return json.loads(http(router, "/disagg/status")[1])["prefix_routing"]
+before = router_prefix()
+check(before["enabled"] and before["block_bytes"] == 256, f"router prefix routing status: {before}")
+conv = [{"role": "user", "content": "Tell me about the rivers of the north. " * 20}]
+for turn in range(3):
+    status, raw = http(router, "/v1/chat/completions", {"model": "m", "messages": conv, "max_tokens": 4, "temperature": 0})
+    check(status == 200, f"conversation turn {turn}: {status} {raw[:200]}")
+    reply = json.loads(raw)["choices"][0]["message"] if status == 200 else {}
+    conv += [{"role": "assistant", "content": (reply.get("content") or "") + "."},
+             {"role": "user", "content": f"And turn {turn + 2}?"}]
+after = router_prefix()
+check(after["prefill_requests"] - before["prefill_requests"] == 3 and
+      after["routed_by_prefix"] - before["routed_by_prefix"] == 2 and
+      after["matched_blocks"] - before["matched_blocks"] >= 2 * 3,
+      f"turns 2 and 3 routed by prefix: {before} -> {after}")
+inst = [i for i in json.loads(http(router, "/disagg/status")[1])["instances"] if i["role"] == "prefill"]
+check(inst and inst[0]["prefix_blocks"] >= 3, f"the prefill instance's recorded blocks: {inst}")
+status, _ = http(router, "/v1/completions", {"model": "m", "prompt": "Hi", "max_tokens": 1})
+check(router_prefix()["routed_by_prefix"] == after["routed_by_prefix"], "a prompt under one block is not routed by prefix")
 
 def pools_zero(port, what):
     for _ in range(100):
