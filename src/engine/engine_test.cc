@@ -218,12 +218,15 @@ class WatchingRunner final : public ModelRunner {
   RunnerCapacity capacity() const override { return inner_.capacity(); }
   std::string backend() const override { return "watch:" + inner_.backend(); }
   Status Launch(std::span<const StepPiece> pieces, bool want_logits) override {
+    int64_t step_tokens = 0;
     for (const StepPiece& p : pieces) {
+      step_tokens += static_cast<int64_t>(p.ids.size());
       const bool prev = p.ids.size() == 1 && p.ids[0] == kPrevToken;
       prev_pieces += prev;
       masked_pieces += !p.sample.allowed.empty();
       masked_prev_pieces += prev && !p.sample.allowed.empty();
     }
+    max_step_tokens = std::max(max_step_tokens, step_tokens);
     GYRE_RETURN_IF_ERROR(inner_.Launch(pieces, want_logits));
     max_outstanding = std::max(max_outstanding, ++outstanding);
     return Status::Ok();
@@ -250,9 +253,35 @@ class WatchingRunner final : public ModelRunner {
   int64_t saves = 0, restores = 0;
   int outstanding = 0, max_outstanding = 0;
   int64_t prev_pieces = 0, masked_pieces = 0, masked_prev_pieces = 0;
+  int64_t max_step_tokens = 0;  // the most tokens (ids of all pieces) one Launch carried
 
  private:
   ModelRunner& inner_;
+};
+
+// An engine over a WatchingRunner over the backend's runner for `model`, started (`status` says
+// why not). Members go in reverse order: the engine before the runners it drives.
+struct WatchedEngine {
+  WatchedEngine(const Backend& backend, const Model& model, const EngineOptions& eo) {
+    auto r = backend.make(model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
+    if (!r.ok()) {
+      status = r.status();
+      return;
+    }
+    inner = std::move(*r);
+    watch = std::make_unique<WatchingRunner>(*inner);
+    auto e = Engine::Create(*watch, eo);
+    if (!e.ok()) {
+      status = e.status();
+      return;
+    }
+    engine = std::move(*e);
+    status = engine->Start();
+  }
+  Status status;
+  std::unique_ptr<ModelRunner> inner;
+  std::unique_ptr<WatchingRunner> watch;
+  std::unique_ptr<Engine> engine;
 };
 
 // Overlap is real: the engine launches step n+1 before collecting step n, feeding decodes the
@@ -263,12 +292,10 @@ TEST_P(EngineOnRunner, OverlapLaunchesAheadWithInFlightTokens) {
     EngineOptions eo;
     eo.max_num_seqs = 4;
     eo.overlap_steps = overlap;
-    auto inner = GetParam().make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
-    ASSERT_TRUE(inner.ok());
-    WatchingRunner watch(**inner);
-    auto engine = Engine::Create(watch, eo);
-    ASSERT_TRUE(engine.ok());
-    ASSERT_TRUE((*engine)->Start().ok());
+    WatchedEngine w(GetParam(), *model, eo);
+    ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+    WatchingRunner& watch = *w.watch;
+    Engine* engine = w.engine.get();
     std::vector<std::shared_ptr<Collector>> sinks;
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 3; ++i) {
@@ -278,10 +305,10 @@ TEST_P(EngineOnRunner, OverlapLaunchesAheadWithInFlightTokens) {
       p.max_tokens = 12;
       p.ignore_eos = true;
       sinks.push_back(std::make_shared<Collector>());
-      ASSERT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+      ASSERT_TRUE(engine->Submit(p, sinks.back()).ok());
     }
     for (auto& s : sinks) s->Wait();
-    (*engine)->Stop();
+    engine->Stop();
     GenerateOptions go;
     go.max_tokens = 12;
     go.ignore_eos = true;
@@ -295,6 +322,34 @@ TEST_P(EngineOnRunner, OverlapLaunchesAheadWithInFlightTokens) {
       EXPECT_EQ(watch.prev_pieces, 0);
     }
   }
+}
+
+// The step's token budget (max_num_batched_tokens) holds for running pieces and admissions
+// together: a burst of prompts is chunked over several steps, never run in one oversized step.
+// (tools/mutate.py engine_admit_budget: admissions not charged to the budget passed every other
+// engine test and the cpu_engine_load gate.)
+TEST_P(EngineOnRunner, StepsStayWithinTheTokenBudget) {
+  auto model = MakeModel();
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  eo.max_num_batched_tokens = 16;
+  WatchedEngine w(GetParam(), *model, eo);
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  WatchingRunner& watch = *w.watch;
+  Engine* engine = w.engine.get();
+  std::vector<std::shared_ptr<Collector>> sinks;
+  for (int i = 0; i < 4; ++i) {  // 4 × 30 prompt tokens: at least 8 steps' worth of budget
+    RequestParams p;
+    p.prompt = Ids(30, 800 + i);
+    p.max_tokens = 4;
+    p.ignore_eos = true;
+    sinks.push_back(std::make_shared<Collector>());
+    ASSERT_TRUE(engine->Submit(p, sinks.back()).ok());
+  }
+  for (auto& s : sinks) s->Wait();
+  engine->Stop();
+  for (auto& s : sinks) EXPECT_EQ(s->ids.size(), 4u);
+  EXPECT_EQ(watch.max_step_tokens, 16);  // full steps while prompts wait, none above the budget
 }
 
 // A constraint whose allowed set depends on the previous token: after token t only
@@ -337,12 +392,10 @@ TEST_P(EngineOnRunner, ConstrainedRequestsAreNeverLaunchedAhead) {
   auto model = MakeModel();
   EngineOptions eo;
   eo.max_num_seqs = 6;
-  auto inner = GetParam().make(*model, eo.max_num_seqs, eo.kv_page_tokens, PagesFor(eo));
-  ASSERT_TRUE(inner.ok());
-  WatchingRunner watch(**inner);
-  auto engine = Engine::Create(watch, eo);
-  ASSERT_TRUE(engine.ok());
-  ASSERT_TRUE((*engine)->Start().ok());
+  WatchedEngine w(GetParam(), *model, eo);
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  WatchingRunner& watch = *w.watch;
+  Engine* engine = w.engine.get();
   std::vector<std::shared_ptr<Collector>> sinks;
   std::vector<std::shared_ptr<StepConstraint>> cons;
   for (int i = 0; i < 6; ++i) {
@@ -357,10 +410,10 @@ TEST_P(EngineOnRunner, ConstrainedRequestsAreNeverLaunchedAhead) {
       p.constraint = cons.back();
     }
     sinks.push_back(std::make_shared<Collector>());
-    ASSERT_TRUE((*engine)->Submit(p, sinks.back()).ok());
+    ASSERT_TRUE(engine->Submit(p, sinks.back()).ok());
   }
   for (auto& s : sinks) s->Wait();
-  (*engine)->Stop();
+  engine->Stop();
   for (int i = 0; i < 6; ++i) {
     if (i % 2 == 0) {
       const StepConstraint& c = *cons[i / 2];
@@ -598,6 +651,51 @@ TEST(Engine, CancelFreesMemoryAndEndsOnce) {
   EXPECT_EQ((*engine)->Stats().kda_slots_used, 0);
   EXPECT_EQ(sink->num_finish, 1);
   (*engine)->Stop();
+}
+
+// Cancel is called from any thread, many at once (an HTTP server cancels from its I/O threads):
+// the engine's queue of cancellations takes every call. 4 client threads flood Cancel (their
+// requests' ids among ids that do not exist) while the engine thread drains the queue; every
+// request must end cancelled, once, and the pools must drain. Without the engine lock in Cancel
+// the concurrent appends lose ids or corrupt the queue (tools/mutate.py engine_cancel_unlocked).
+TEST(Engine, ConcurrentCancelsFromManyThreadsAllLand) {
+  auto model = MakeModel();
+  EngineOptions eo;
+  auto engine = Engine::Create(*model, eo);
+  ASSERT_TRUE((*engine)->Start().ok());
+  constexpr int kThreads = 4, kPerThread = 2;
+  std::vector<std::shared_ptr<Collector>> sinks;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < kThreads * kPerThread; ++i) {
+    RequestParams p;
+    p.prompt = Ids(8, 300 + i);
+    p.max_tokens = 100000 - 9;  // never ends by itself within the test
+    p.ignore_eos = true;
+    sinks.push_back(std::make_shared<Collector>());
+    auto id = (*engine)->Submit(p, sinks.back());
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      for (int rep = 0; rep < 20000; ++rep) {
+        (*engine)->Cancel(1000000 + rep);  // no such request: a no-op for the engine
+        if (rep % 5000 == 4999) (*engine)->Cancel(ids[th * kPerThread + rep / 5000 % kPerThread]);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    std::unique_lock<std::mutex> l(sinks[i]->mu);
+    ASSERT_TRUE(sinks[i]->cv.wait_until(l, deadline, [&] { return sinks[i]->num_finish > 0; }))
+        << "request " << ids[i] << " was never cancelled";
+    EXPECT_EQ(sinks[i]->reason, FinishReason::kCancelled);
+  }
+  (*engine)->Stop();
+  for (auto& s : sinks) EXPECT_EQ(s->num_finish, 1);
+  EXPECT_EQ((*engine)->Stats().kv_pages_used, 0);
 }
 
 TEST(Engine, SubmitErrors) {

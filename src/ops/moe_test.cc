@@ -87,5 +87,21 @@ TEST(Sampling, SupportIsTheDistributionSampleDrawsFrom) {
   EXPECT_EQ(count.size(), sup.ids.size());
 }
 
+TEST(Sampling, EqualMaximaGoToTheLowestIdAndTopPStopsWhereTheMassReachesP) {
+  // Greedy picks the lowest id among equal maxima, as the sorted support does (a tie rule that
+  // the continuous-logit tests above never exercise; tools/mutate.py argmax_tie).
+  const std::vector<float> tied = {0.5f, 2.0f, -1.0f, 2.0f, 2.0f};
+  EXPECT_EQ(Argmax(tied), 1);
+  Sampler s(1);
+  EXPECT_EQ(s.Sample(tied, SamplingParams{}), 1);
+  EXPECT_EQ(SamplingSupport(tied, {}).ids, (std::vector<int32_t>{1}));
+  // Two equal logits hold 0.5 each, exactly: top_p = 0.5 is reached by the first alone, 0.75 needs
+  // both (tools/mutate.py top_p_boundary: a cut at mass > p keeps both at 0.5).
+  const std::vector<float> halves = {1.0f, 1.0f};
+  EXPECT_EQ(SamplingSupport(halves, {1.0f, 0, 0.5f, 0.0f, 0}).ids, (std::vector<int32_t>{0}));
+  EXPECT_EQ(SamplingSupport(halves, {1.0f, 0, 0.75f, 0.0f, 0}).ids, (std::vector<int32_t>{0, 1}));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s.Sample(halves, {1.0f, 0, 0.5f, 0.0f, 0}), 0);
+}
+
 }  // namespace
 }  // namespace gyre::ops

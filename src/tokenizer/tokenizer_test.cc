@@ -583,12 +583,16 @@ TEST_F(TokenizerConfigTest, Errors) {
 // Concurrency: Encode is const and shares the BPE cache.
 
 TEST(TokenizerConcurrency, ParallelEncodeMatchesSerial) {
-  auto t = Load(MakeJson({{"t", "h"}, {"th", "e"}, {" ", "the"}, {"a", "n"}, {" ", "an"}}));
-  ASSERT_TRUE(t);
+  const Json j = MakeJson({{"t", "h"}, {"th", "e"}, {" ", "the"}, {"a", "n"}, {" ", "an"}});
+  // The expected ids come from another instance, so `t` starts with an empty cache and the threads
+  // below fill it concurrently: the writes its lock guards (encoding here first would leave them
+  // only cache hits, and Encode without the write lock passed; tools/mutate.py bpe_cache_unlocked).
+  auto t = Load(j), serial = Load(j);
+  ASSERT_TRUE(t && serial);
   std::vector<std::string> texts;
-  for (int i = 0; i < 64; ++i) texts.push_back("the an " + std::to_string(i * 7919) + " then");
+  for (int i = 0; i < 512; ++i) texts.push_back("the an " + std::to_string(i * 7919) + " then w" + std::to_string(i));
   std::vector<Ids> expected;
-  for (const auto& s : texts) expected.push_back(Encode(*t, s));
+  for (const auto& s : texts) expected.push_back(Encode(*serial, s));
   std::vector<std::thread> threads;
   std::atomic<int> mismatches{0};
   for (int th = 0; th < 4; ++th) {
