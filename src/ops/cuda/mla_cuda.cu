@@ -318,8 +318,14 @@ Status IndexerSelect(const float* q_idx, const float* w, const float* pool_keys,
 size_t MlaWorkspaceBytes(const MlaDims& d, int64_t num_tokens, int64_t max_context) {
   if (num_tokens <= 0 || d.num_heads <= 0 || d.kv_lora <= 0) return 0;
   const int64_t keys = std::max<int64_t>(1, max_context);
-  // Either kernel may run (it depends on kv_b's type): the larger of the two layouts.
-  return std::max(PlanMla(d, num_tokens, keys, kMlaHeads).bytes, PlanMla(d, num_tokens, keys, internal::kTcHeads).bytes);
+  // Either kernel may run (it depends on kv_b's type): the larger of the two layouts. A batch of
+  // fewer tokens splits its keys more (the cap grows as the blocks per split shrink), and its
+  // partial buffers can outgrow the largest batch's (found by the W8A8 GPU check: 528,384 bytes
+  // needed, 524,288 sized): the maximum over every batch size up to num_tokens.
+  size_t bytes = 0;
+  for (int64_t n = 1; n <= num_tokens; ++n)
+    bytes = std::max({bytes, PlanMla(d, n, keys, kMlaHeads).bytes, PlanMla(d, n, keys, internal::kTcHeads).bytes});
+  return bytes;
 }
 
 Status MlaAttention(const float* q, const float* latent, const float* krot, const DMat& kv_b, const MlaDims& d,
