@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds gyre and the whole CPU test suite with AddressSanitizer + UndefinedBehaviorSanitizer
-# (preset `asan`: clang 14, GYRE_SANITIZE=ON, build/asan) and runs it: `ctest --preset asan`, which is
+# (preset `asan`: clang 14, GYRE_SANITIZE=ON; the same configuration and folder as the fuzz preset,
+# build/fuzz, so that CI compiles the sanitized libraries once for the fuzzers and the suite: the
+# libraries carry libFuzzer's coverage hooks, which the ASan runtime answers with no-ops outside a
+# fuzzer) and runs it: `ctest --preset asan`, which is
 # `ctest -LE gpu` with ASAN_OPTIONS / UBSAN_OPTIONS set to stop at the first report
 # (halt_on_error=1, print_stacktrace=1, detect_leaks=1; see CMakePresets.json). Every test runs,
 # none excluded: the CLI contract tests and both Node client tests (serve_openai_client,
@@ -12,7 +15,7 @@ scripts/install-deps.sh
 scripts/install-test-data.sh
 start=$SECONDS
 cmake --preset asan
-cmake --build build/asan -j"$(nproc)"
+cmake --build build/fuzz -j"$(nproc)"
 built=$SECONDS
 rc=0
 ctest --preset asan || rc=$?

@@ -7,8 +7,12 @@
 //   logits of a 64-token forward, GPU vs CPU W8A8:   rel-L2 <= 1e-2, and <= half of what the
 //       quantization itself costs on the CPU (W8A8 vs the unquantized model: 0.022 fp8 / 0.012
 //       int8 at 96 tokens). A GPU running weight-only, or the wrong scales, lands above it.
-//   greedy continuation of 16 tokens after a 32-token prompt: the first 8 ids equal the CPU's
-//       (the rest are reported; an argmax near a tie may flip under fp32 reassociation).
+//   greedy decode of 16 tokens after a 32-token prompt, both sides fed the CPU's ids (teacher
+//       forcing): every GPU id equals the CPU's argmax, except where the CPU's top-2 margin is
+//       under 0.1 standard deviations of that step's logits (a near tie). Until 2026-12-05 this
+//       bound was "the first 8 of 16 free-running ids equal": set before any GPU run, it failed
+//       for fp8 at 7 of 16 (logits rel-L2 7.9e-3, inside the bound above), and a free-running
+//       count turns one near-tie flip into a comparison of two different texts.
 //   bf16 kept weights (the serving default): the same forward within rel-L2 5e-2.
 // The CPU and GPU differ by fp32 reassociation in every op, and for FP8 by the tensor cores'
 // accumulation; a different activation code then follows where a value sits on a rounding
@@ -16,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <stdlib.h>
@@ -65,10 +70,6 @@ Result<std::vector<float>> GpuLogits(RunnerSession& gpu, std::span<const int32_t
   return got;
 }
 
-int32_t ArgmaxLast(const std::vector<float>& logits, int64_t V) {
-  return ops::Argmax(std::span<const float>(logits.data() + logits.size() - V, V));
-}
-
 CudaModelOptions Options(bool bf16) {
   CudaModelOptions o;
   o.bf16_weights = bf16;
@@ -111,7 +112,12 @@ TEST_P(QuantCudaParity, LogitsAndGreedyMatchTheCpu) {
   EXPECT_LE(rel, 1e-2);
   EXPECT_LE(rel, 0.5 * quant_cost);
 
-  // Greedy: GPU decode steps (CUDA graphs) vs the CPU, each feeding its own token back.
+  // Greedy decode steps (CUDA graphs), teacher-forced: both sides are fed the CPU's greedy id, so
+  // one flip does not turn every later step into a comparison of different texts. At each step
+  // the GPU's greedy id must equal the CPU's argmax unless the CPU's top-2 margin is under
+  // kNearTie standard deviations of that step's logits (a near tie, where an error inside the
+  // logits bound above may legitimately flip the choice).
+  constexpr double kNearTie = 0.1;
   const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 32);
   SampleSpec greedy;
   greedy.enabled = true;
@@ -119,27 +125,42 @@ TEST_P(QuantCudaParity, LogitsAndGreedyMatchTheCpu) {
   auto s = gpu.NewSequence();
   ASSERT_TRUE(s.ok());
   SequenceState st = (*cpu)->NewSequence();
-  std::vector<int32_t> g_ids, c_ids;
   std::vector<float> lg;
   RunnerSession::Input in{*s, prompt, greedy};
   ASSERT_TRUE(gpu.Step(std::span<const RunnerSession::Input>(&in, 1), &sampled).ok());
   SeqInput ci{&st, prompt, false};
   ASSERT_TRUE((*cpu)->Forward(std::span<const SeqInput>(&ci, 1), &lg).ok());
+  int equal = 0, near_tie_flips = 0;
   for (int i = 0; i < 16; ++i) {
-    g_ids.push_back(sampled[0].id);
-    c_ids.push_back(ArgmaxLast(lg, V));
+    ASSERT_EQ(sampled.size(), 1u);
+    const std::span<const float> last(lg.data() + lg.size() - V, V);
+    const int32_t want_id = ops::Argmax(last);
+    double mean = 0, var = 0;
+    float top2 = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) mean += last[v];
+    mean /= static_cast<double>(V);
+    for (int64_t v = 0; v < V; ++v) {
+      var += (last[v] - mean) * (last[v] - mean);
+      if (v != want_id) top2 = std::max(top2, last[v]);
+    }
+    const double margin = last[want_id] - top2, tie = kNearTie * std::sqrt(var / static_cast<double>(V));
+    if (sampled[0].id == want_id) {
+      ++equal;
+    } else {
+      std::printf("[%s] step %d: GPU %d, CPU %d; CPU top-2 margin %.4g (near tie below %.4g)\n",
+                  QuantSchemeName(scheme), i, sampled[0].id, want_id, margin, tie);
+      EXPECT_LT(margin, tie) << "step " << i << ": the GPU's greedy id differs where the CPU's choice is clear";
+      ++near_tie_flips;
+    }
     if (i == 15) break;
-    const int32_t gi = g_ids.back(), cn = c_ids.back();
-    RunnerSession::Input d{*s, std::span<const int32_t>(&gi, 1), greedy};
+    RunnerSession::Input d{*s, std::span<const int32_t>(&want_id, 1), greedy};
     ASSERT_TRUE(gpu.Step(std::span<const RunnerSession::Input>(&d, 1), &sampled).ok());
-    SeqInput cd{&st, std::span<const int32_t>(&cn, 1), false};
+    SeqInput cd{&st, std::span<const int32_t>(&want_id, 1), false};
     ASSERT_TRUE((*cpu)->Forward(std::span<const SeqInput>(&cd, 1), &lg).ok());
   }
   gpu.Release(*s);
-  size_t same = 0;
-  while (same < g_ids.size() && g_ids[same] == c_ids[same]) ++same;
-  std::printf("[%s] greedy: %zu of 16 leading ids equal\n", QuantSchemeName(scheme), same);
-  EXPECT_GE(same, 8u);
+  std::printf("[%s] greedy (teacher-forced): %d of 16 ids equal, %d near-tie flips\n", QuantSchemeName(scheme),
+              equal, near_tie_flips);
 
   // bf16 kept weights (embedding, head, router, gates, norms-adjacent projections) with W8A8.
   auto gb = CudaModel::FromHost(c, (*cpu)->weights(), Options(true));
