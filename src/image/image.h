@@ -31,8 +31,9 @@ struct ImageLimits {
 };
 
 enum class AlphaMode {
-  kCompositeOnWhite,  // transformers' convert_to_rgb: RGBA alpha-composited on opaque white (default)
-  kDrop,              // PIL's Image.convert("RGB"): the alpha channel is dropped
+  kCompositeOnWhite,  // older transformers' convert_to_rgb: RGBA alpha-composited on opaque white
+  kDrop,              // PIL's Image.convert("RGB"), the alpha dropped: what the transformers 5.17
+                      // glm5_next processor does (its goldens, 2026-12-05); the default
 };
 
 // "png", "jpeg" or "" from the leading magic bytes.
@@ -43,7 +44,7 @@ std::string SniffImageFormat(std::span<const uint8_t> data);
 // 16-bit grey to 255; 1/2/4-bit grey is scaled to 8 bits). JPEG: 1 or 3 components (CMYK refused).
 // EXIF orientation is not applied (the processor does not apply it to an opened PIL image).
 Result<RgbImage> DecodeImage(std::span<const uint8_t> data, const ImageLimits& limits = {},
-                             AlphaMode alpha = AlphaMode::kCompositeOnWhite);
+                             AlphaMode alpha = AlphaMode::kDrop);
 
 // Pillow's Image.resize(size, Image.BICUBIC) on an RGB8 image, bit for bit: separable two-pass
 // convolution (horizontal first, then vertical; a pass is skipped when its size does not change),

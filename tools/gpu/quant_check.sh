@@ -21,7 +21,8 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$ROOT"
 exec > >(tee "$OUT/gpu_quant_check.log") 2>&1
-COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# The pack's COMMIT file names the binaries' commit; the device's copy of .git may be older.
+if [ -f "$BUILD/COMMIT" ]; then COMMIT=$(head -c 12 "$BUILD/COMMIT"); else COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); fi
 echo "== W8A8 GPU check, commit $COMMIT, build $BUILD, $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 2>&1 | tail -1
 status=0
