@@ -3,8 +3,9 @@
 # CUDA code — each .cu file and each .cc file that mentions GYRE_CUDA (the registry's CUDA path,
 # the CUDA model and parity, the device trace, the CLI's --backend cuda) — with the `cuda` preset
 # (nvcc 13, sm_90a), and nothing else. The CPU parts of that build are the same sources the test
-# stage already compiled, so this keeps CI's CUDA cost to about 4.5 min (35 units, measured
-# 2026-12-05 on the 2-core machine from clean) instead of a second full build.
+# stage already compiled, so this keeps CI's CUDA cost to 218 s (39 units, tests that mention
+# GYRE_CUDA included; measured in the clean-clone CI run of 4603e72 on the 2-core machine) instead of
+# a second full build.
 #
 # What it does not do: link the CUDA binaries. `scripts/gpu_check.sh --pack` builds and links them
 # all (gyre, the CUDA benches, test_quant_gpu, ...) before every GPU check.
