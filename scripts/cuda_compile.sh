@@ -18,8 +18,7 @@ fi
 start=$SECONDS
 cmake --preset cuda > /dev/null
 mapfile -t objs < <(python3 - <<'PY'
-import json, os, re
-root = os.getcwd()
+import json, re
 seen = set()
 for e in json.load(open("build/cuda/compile_commands.json")):
     f = e["file"]

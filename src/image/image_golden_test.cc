@@ -70,7 +70,7 @@ TEST(ImageGoldens, MatchTheTransformersProcessor) {
   ASSERT_FALSE(proc.empty()) << "no processor in the goldens";
   // Images where gyre is known to differ from transformers 5.17 (first goldens, 2026-12-05). Each
   // must still differ — when one starts to match, take it off this list — and every other image
-  // must match bit for bit. Why they differ (docs/vision.md, "Differences from transformers"):
+  // must match bit for bit (docs/vision.md, "Goldens from transformers 5.17"):
   const std::map<std::string, std::string> kKnownDiffer = {
       {"grey_alpha_LA_90x70", "decoded RGB matches; the resized content differs (cause not found)"},
       {"palette_P_77x131", "decoded RGB matches; the resized content differs (cause not found)"},
