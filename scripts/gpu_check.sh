@@ -58,16 +58,21 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
-# Steps to run (comma list): verify (ops), model (fixture parity), quant (W8A8: tools/gpu/quant_check.sh), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# Steps to run (comma list): verify (ops), model (fixture parity), tp (tensor parallelism on one GPU), quant (W8A8: tools/gpu/quant_check.sh), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,eval,trace,engine,devcomm,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,eval,trace,engine,devcomm,tp,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
 if ! ldconfig -p | grep -q 'libcublasLt.so.13'; then
   lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
   [[ -n "$lt" ]] && export LD_LIBRARY_PATH=$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+# NCCL too (not packed: 200+ MB): gyre links it for tensor parallelism, test_device_comm for its tests.
+if ! ldconfig -p | grep -q 'libnccl.so.2'; then
+  nccl=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2*' 2>/dev/null | head -1)
+  [[ -n "$nccl" ]] && export LD_LIBRARY_PATH=$(dirname "$nccl")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 
 GYRE="" BENCH=""
@@ -226,10 +231,6 @@ fi
 # (src/parallel/device_comm_gpu_test.cc). NCCL is not packed: it comes from this machine.
 if has_step devcomm; then
   if [[ -x "$PACK/test_device_comm" ]]; then
-    if ! ldconfig -p | grep -q 'libnccl.so.2'; then
-      nccl=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2*' 2>/dev/null | head -1)
-      [[ -n "$nccl" ]] && export LD_LIBRARY_PATH=$(dirname "$nccl")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    fi
     echo "== test_device_comm (NCCL world 1, SharedDeviceGroup 1/2/4 ranks, timeouts)"
     timeout 600 "$PACK/test_device_comm" --gtest_output="json:$OUT/gpu_device_comm_tests.json" \
       > "$OUT/gpu_device_comm_tests.log" 2>&1 || status=1
@@ -237,6 +238,49 @@ if has_step devcomm; then
   else
     echo "== no packed test_device_comm"; status=1
   fi
+fi
+# ---- tensor parallelism of the CUDA model, ranks as threads sharing this GPU (docs/parallel.md) ----
+if [[ -n "$GYRE" ]] && has_step tp; then
+  echo "== gyre verify parallel --backend cuda (TP vs the unsharded CUDA model)"
+  rm -f /tmp/gyre_tp_*.json
+  i=0
+  for spec in "glm5_mini 2 f32" "glm5_mini 4 f32" "glm5_mini 2 bf16" "glm5_mini 4 bf16" "kimi_tiny 2 f32" \
+              "glm5_tiny 2 f32" "glm5_flat 2 f32" "glm5_mini 3 f32"; do
+    read -r fx n dt <<< "$spec"
+    i=$((i + 1))
+    timeout 300 "$GYRE" verify parallel --backend cuda --plan tp=$n --model tests/fixtures/$fx --dtype $dt --seed $((i * 7919)) \
+      --json > /tmp/gyre_tp_$i.json 2> /tmp/gyre_tp_$i.err
+    rc=$?
+    echo "  tp=$n $fx $dt: exit $rc $(tail -c 300 /tmp/gyre_tp_$i.err)"
+    [[ $rc -ne 0 ]] && status=1
+  done
+  # Negative control: the MLP partial sums not all-reduced must fail the check (exit 1).
+  timeout 300 "$GYRE" verify parallel --backend cuda --plan tp=2 --model tests/fixtures/glm5_mini --inject-fault --seed 5 \
+    --json > /tmp/gyre_tp_fault.json 2> /tmp/gyre_tp_fault.err
+  rc=$?
+  if [[ $rc -eq 1 ]]; then echo "  ok   injected fault caught (exit 1)"; else echo "  FAIL injected fault: exit $rc"; status=1; fi
+  python3 - "$OUT/gpu_tp_verify.json" /tmp/gyre_tp_[0-9]*.json /tmp/gyre_tp_fault.json <<'EOF3'
+import json, sys
+reps = []
+for f in sys.argv[2:]:
+    try:
+        reps.append(json.load(open(f)))
+    except Exception as e:
+        reps.append({"file": f, "error": str(e), "pass": False})
+json.dump({"runs": reps}, open(sys.argv[1], "w"), indent=1)
+for r in reps:
+    if "error" in r:
+        print("  FAIL", r["file"], r["error"]); continue
+    g = r["greedy"]
+    print(f'  {"pass" if r["pass"] else "FAIL"} {r["plan"]} {r["model"]} {r["weights"]} fault={r["injected_fault"]}: '
+          f'ragged rel-L2 {r["ragged_logits"]["worst_rel_l2"]:.2e} (tol {r["tolerance"]:.2e}), greedy {g["mismatches"]} '
+          f'mismatches / {g["near_ties"]} near ties, sampled identical {r["sampled"]["identical"]}, '
+          f'decode ms/step {r.get("decode_step_ms", {}).get("unsharded", 0):.2f} -> tp {r.get("decode_step_ms", {}).get("tp", 0):.2f}'
+          + (f', bf16 accuracy vs fp32: unsharded {r["bf16_accuracy"]["unsharded_bf16"]:.2e}, tp {r["bf16_accuracy"]["tp_bf16"]:.2e}'
+             if "bf16_accuracy" in r else ''))
+EOF3
+  # The server under TP (2 ranks sharing the GPU) gives the one-rank server's greedy completions.
+  timeout 300 python3 tools/gpu/tp_serve_check.py --gyre "$GYRE" --out "$OUT/gpu_tp_serve.json" || status=1
 fi
 if [[ -n "$GYRE" ]] && has_step serve; then
   echo "== gyre serve --backend cuda vs the CPU server (tools/gpu/serve_check.py)"

@@ -1,6 +1,7 @@
 #include "cli/feedback_commands.h"
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,7 @@
 #include "feedback/verify_ops.h"
 #include "model/random_weights.h"
 #include "parallel/verify_parallel.h"
+#include "parallel/verify_tp_cuda.h"
 #include "runtime/model.h"
 #ifdef GYRE_CUDA
 #include "feedback/cuda_benchmark.h"
@@ -221,21 +223,70 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   });
 
   struct ParArgs {
-    std::string plan, merge = "fp32";
+    std::string plan, merge = "fp32", backend = "cpu", model, dtype = "f32";
     uint64_t seed = 0;
-    bool json = false;
+    bool json = false, inject_fault = false, replicate_mlp = false;
   };
   auto pa = std::make_shared<ParArgs>();
   auto* vpar = verify->add_subcommand("parallel", "each op of a parallel plan sharded vs unsharded (in-process ranks)");
-  vpar->add_option("--plan", pa->plan, "tp=2 | tp=4 | ep=2 | cp=2 | cp=4")->required();
+  vpar->add_option("--plan", pa->plan, "tp=2 | tp=4 | ep=2 | cp=2 | cp=4 (cuda: tp=N)")->required();
   vpar->add_option("--merge-precision", pa->merge, "CP state merge: fp32 (default), bf16, tf32")
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
   vpar->add_option("--seed", pa->seed, "input seed (default: random, printed)");
+  vpar->add_option("--backend", pa->backend,
+                   "cpu: every op of the plan on the CPU; cuda: the CUDA model under the plan (ranks as threads "
+                   "sharing GPU 0) against the unsharded CUDA model, end to end")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  vpar->add_option("--model", pa->model, "cuda: the checkpoint folder (default: tests/fixtures/glm5_mini, from the working directory)");
+  vpar->add_option("--dtype", pa->dtype, "cuda: weights f32 (default) or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  vpar->add_flag("--replicate-mlp", pa->replicate_mlp, "cuda: keep the MLP and experts whole on every rank");
+  vpar->add_flag("--inject-fault", pa->inject_fault,
+                 "cuda: negative control, the MLP partial sums are not all-reduced (the check must fail)");
   vpar->add_flag("--json", pa->json);
   vpar->callback([pa, runner] {
     *runner = [pa] {
       const uint64_t seed = pa->seed ? pa->seed : std::random_device{}();
-      return parallel::RunVerifyParallelCli(pa->plan, pa->merge, seed, pa->json);
+      if (pa->backend == "cpu") {
+        if (!pa->model.empty() || pa->inject_fault || pa->replicate_mlp || pa->dtype != "f32") {
+          std::cerr << "gyre verify parallel: --model, --dtype, --replicate-mlp and --inject-fault need --backend cuda\n";
+          return 2;
+        }
+        return parallel::RunVerifyParallelCli(pa->plan, pa->merge, seed, pa->json);
+      }
+      int n = 0;
+      const std::string ns = pa->plan.rfind("tp=", 0) == 0 ? pa->plan.substr(3) : "";
+      const bool digits = !ns.empty() && ns.size() <= 2 && std::all_of(ns.begin(), ns.end(), ::isdigit);
+      if (digits) n = std::stoi(ns);
+      if (!digits || n < 1 || n > 16) {
+        std::cerr << "gyre verify parallel --backend cuda: --plan must be tp=N with N in [1, 16] (ep, pp and cp do "
+                     "not run on the CUDA model yet), not '" << pa->plan << "'\n";
+        return 2;
+      }
+      parallel::VerifyTpCudaOptions o;
+      o.model_dir = pa->model.empty() ? "tests/fixtures/glm5_mini" : pa->model;
+      o.size = n;
+      o.bf16_weights = pa->dtype == "bf16";
+      o.shard_mlp = !pa->replicate_mlp;
+      o.inject_fault = pa->inject_fault;
+      o.seed = seed;
+      auto rep = parallel::VerifyTpCuda(o);
+      if (!rep.ok()) {
+        std::cerr << "gyre verify parallel: " << rep.status().ToString() << "\n";
+        return rep.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+      }
+      if (pa->json) {
+        std::cout << rep->dump(2) << "\n";
+      } else {
+        const auto& r = *rep;
+        std::printf("%s on %s (%s weights, seed %llu): ragged logits worst rel-L2 %.3g (tol %.0e), greedy %d "
+                    "mismatches / %d near ties over %d steps: %s\n",
+                    r["plan"].get<std::string>().c_str(), r["model"].get<std::string>().c_str(),
+                    r["weights"].get<std::string>().c_str(), static_cast<unsigned long long>(seed),
+                    r["ragged_logits"]["worst_rel_l2"].get<double>(), r["tolerance"].get<double>(),
+                    r["greedy"]["mismatches"].get<int>(), r["greedy"]["near_ties"].get<int>(),
+                    r["greedy"]["steps"].get<int>(), r["pass"].get<bool>() ? "PASS" : "FAIL");
+      }
+      return (*rep)["pass"].get<bool>() ? 0 : 1;
     };
   });
 

@@ -28,6 +28,9 @@
 #include "runtime/model_runner.h"
 #ifdef GYRE_CUDA
 #include "runtime/cuda_model.h"
+#ifdef GYRE_HAVE_DEVCOMM
+#include "parallel/tp_runner.h"
+#endif
 #endif
 #include "serve/chat_template.h"
 #include "serve/launch_options.h"
@@ -79,6 +82,7 @@ struct ServeArgs {
   // vLLM launch-line habits (implemented or refused in CheckVllmFlags).
   std::string model_positional;
   int tensor_parallel_size = 1;
+  bool tp_shared_gpu = false;
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
   std::string prefix_cache_checkpoint_bytes = "auto";
@@ -136,10 +140,14 @@ std::pair<std::string, std::string> FindChatTemplate(const ServeArgs& a, const T
 
 // The vLLM flags a launch line carries: what gyre does with each, or why it refuses it.
 Status CheckVllmFlags(const ServeArgs& a) {
-  if (a.tensor_parallel_size != 1)
+  if (a.tensor_parallel_size < 1)
+    return Status::InvalidArgument("--tensor-parallel-size must be >= 1, not " + std::to_string(a.tensor_parallel_size));
+  if (a.tensor_parallel_size != 1 && a.backend != "cuda")
     return Status::InvalidArgument("--tensor-parallel-size " + std::to_string(a.tensor_parallel_size) +
-                                   ": gyre serve runs the model on one device; the tensor-parallel plans are "
-                                   "verified with `gyre verify parallel` but not served yet");
+                                   ": tensor parallelism runs on --backend cuda (docs/parallel.md); the cpu backend "
+                                   "serves one rank");
+  if (a.tp_shared_gpu && a.tensor_parallel_size == 1)
+    return Status::InvalidArgument("--tp-shared-gpu needs --tensor-parallel-size >= 2");
   if (a.kv_cache_dtype != "auto")
     return Status::InvalidArgument("--kv-cache-dtype " + a.kv_cache_dtype +
                                    ": only 'auto' (the backend's cache dtype) is supported; quantized KV caches "
@@ -359,9 +367,41 @@ int RunServe(ServeArgs a) {
       co.reserve_min_states = 4 * a.max_num_seqs;
     }
     co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
-    auto gpu = random ? CudaModel::Random(config, co) : CudaModel::FromHost(config, model->weights(), co);
-    if (!gpu.ok()) return Fail(gpu.error());
-    const CudaModelStats st = (*gpu)->stats();
+    Result<std::unique_ptr<ModelRunner>> gpu = Status::Internal("no runner");
+    CudaModelStats st;
+    std::string tp_line;
+    if (a.tensor_parallel_size > 1) {
+#ifdef GYRE_HAVE_DEVCOMM
+      if (random)
+        return Fail(Status::Unimplemented("--tensor-parallel-size with --config (random weights): the ranks shard "
+                                          "host weights; give --model DIR"));
+      parallel::TpRunnerOptions to;
+      to.size = a.tensor_parallel_size;
+      to.comm = a.tp_shared_gpu ? parallel::TpRunnerOptions::Comm::kShared : parallel::TpRunnerOptions::Comm::kNccl;
+      to.model = co;
+      auto tp = parallel::TpRunner::Create(config, model->weights(), to);
+      if (!tp.ok()) return Fail(tp.status());
+      for (int r = 0; r < (*tp)->size(); ++r) {
+        const CudaModelStats rs = (*tp)->rank_model(r).stats();
+        st.weight_bytes += rs.weight_bytes;
+        st.kv_bytes += rs.kv_bytes;
+        st.state_bytes += rs.state_bytes;
+        st.scratch_bytes += rs.scratch_bytes;
+        st.reserved_bytes += rs.reserved_bytes;
+      }
+      tp_line = "; tensor parallel " + std::to_string(a.tensor_parallel_size) +
+                (a.tp_shared_gpu ? " ranks as threads sharing GPU 0" : " ranks over NCCL") + ", totals over ranks";
+      gpu = std::unique_ptr<ModelRunner>(std::move(*tp));
+#else
+      return Fail(Status::Unimplemented("--tensor-parallel-size: this gyre was built without NCCL"));
+#endif
+    } else {
+      auto one = random ? CudaModel::Random(config, co) : CudaModel::FromHost(config, model->weights(), co);
+      if (!one.ok()) return Fail(one.error());
+      st = (*one)->stats();
+      gpu = std::unique_ptr<ModelRunner>(std::move(*one));
+    }
+    if (!gpu.ok()) return Fail(gpu.status());
     const RunnerCapacity cap = (*gpu)->capacity();
     char line[512];
     std::snprintf(line, sizeof line,
@@ -371,7 +411,7 @@ int RunServe(ServeArgs a) {
                   static_cast<long long>(cap.num_pages), static_cast<long long>(cap.page_tokens),
                   st.kv_bytes / 1073741824.0, a.gpu_memory_utilization, static_cast<long long>(cap.num_slots),
                   st.state_bytes / 1073741824.0, st.scratch_bytes / 1073741824.0);
-    backend_line = line;
+    backend_line = line + tp_line;
     if (co.reserve_fraction > 0 && st.reserved_bytes > 0) {
       eo.prefix_cache_checkpoint_bytes = st.reserved_bytes;
       std::snprintf(line, sizeof line, "; prefix-cache checkpoints %.2f GiB (auto: max(0.1 of the budget, 4 states per slot), <= 0.25)",
@@ -607,8 +647,13 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "enable POST /debug/trace {\"seconds\": S} (S <= 60, behind the API key): a trace window of the running "
                 "server written to DIR")
       ->excludes(trace_opt);
-  s->add_option("--tensor-parallel-size", args->tensor_parallel_size, "vLLM's flag (also -tp): only 1 is served")
+  s->add_option("--tensor-parallel-size", args->tensor_parallel_size,
+                "vLLM's flag (also -tp): --backend cuda shards KDA heads, MLA heads, the MLP width and the LM-head "
+                "vocabulary over N ranks, rank r on GPU r over NCCL (docs/parallel.md)")
       ->capture_default_str();
+  s->add_flag("--tp-shared-gpu", args->tp_shared_gpu,
+              "with --tensor-parallel-size N: the N ranks are threads sharing GPU 0 (device copies, no NCCL): "
+              "checks the sharded model on one GPU; it is slower than one rank, not faster");
   s->add_option("--kv-cache-dtype", args->kv_cache_dtype, "vLLM's flag: only auto")->capture_default_str();
   s->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching,
               "vLLM's flag: reuse cached prompt prefixes (attention pages shared, KDA state restored from checkpoints); "

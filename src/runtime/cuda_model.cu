@@ -30,6 +30,7 @@
 #include "ops/cuda/penalties_cuda.h"
 #include "ops/cuda/quant_cuda.h"
 #include "ops/cuda/sampling_cuda.h"
+#include "parallel/device_communicator.h"
 #include "quant/quant.h"
 
 namespace gyre {
@@ -497,8 +498,17 @@ const Init kNormInit{Dist::kNormal, 1.0f, 0.1f};
 // ---- Impl ----------------------------------------------------------------------------------------
 
 struct CudaModel::Impl {
-  ModelConfig c;
+  ModelConfig c;  // under TP: this rank's shard of the config (parallel/tp_model.h)
   CudaModelOptions opts;
+  // Tensor parallelism (opts.tp): the rank's communicator, its LM-head rows and the gather scratch.
+  parallel::DeviceCommunicator* tp = nullptr;
+  int64_t lm_rows = 0;  // rows of w.lm_head: vocab_size, or the rank's padded vocabulary block
+  DeviceBuffer tp_logits, tp_gather;
+  // Sums a partial [n] fp32 output over the TP ranks in place (no-op without TP).
+  Status TpSum(float* p, int64_t n) {
+    if (!tp) return Status::Ok();
+    return tp->AllReduceSum(p, p, n, DType::kF32, stream.get()).WithContext("tensor parallel all-reduce");
+  }
   std::vector<DeviceBuffer> buffers;  // every allocation (weights, pools, scratch)
   CudaModelStats stats;
   DWeights w;
@@ -897,7 +907,7 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
   auto H = [&](const Matrix& m) -> const Matrix* { return host ? &m : nullptr; };
   auto Hv = [&](const std::vector<float>& v) -> const std::vector<float>* { return host ? &v : nullptr; };
   GYRE_ASSIGN_OR_RETURN(w.embed, b.Mat(host ? &host->embed : nullptr, V, D, Init{Dist::kNormal, 0, 1}));
-  GYRE_ASSIGN_OR_RETURN(w.lm_head, b.Mat(host ? &host->lm_head : nullptr, V, D, Lin(D)));
+  GYRE_ASSIGN_OR_RETURN(w.lm_head, b.Mat(host ? &host->lm_head : nullptr, lm_rows, D, Lin(D)));
   GYRE_ASSIGN_OR_RETURN(w.final_norm, b.Vec(host ? &host->final_norm : nullptr, D, kNormInit));
   w.layers.resize(c.num_hidden_layers);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -991,7 +1001,9 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
       return Status::Ok();
     };
     if (L.mlp == MlpKind::kDense) {
-      GYRE_RETURN_IF_ERROR(swiglu(host ? &hl.dense : nullptr, c.intermediate_size, &L.gate_up, &L.down));
+      // The host's width (a TP shard's may differ from the config's by the split).
+      GYRE_RETURN_IF_ERROR(swiglu(host ? &hl.dense : nullptr, host ? hl.dense.gate.rows : c.intermediate_size,
+                                  &L.gate_up, &L.down));
     } else {
       const MoeWeights& mw = hl.moe;
       const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
@@ -1022,7 +1034,8 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
       }
       L.has_shared = host ? mw.has_shared : c.n_shared_experts > 0;
       if (L.has_shared) {
-        GYRE_RETURN_IF_ERROR(swiglu(host ? &mw.shared : nullptr, I * std::max<int64_t>(c.n_shared_experts, 1),
+        GYRE_RETURN_IF_ERROR(swiglu(host ? &mw.shared : nullptr,
+                                    host ? mw.shared.gate.rows : I * std::max<int64_t>(c.n_shared_experts, 1),
                                     &L.gate_up, &L.down));
       }
     }
@@ -1287,7 +1300,8 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
   }
   GYRE_RETURN_IF_ERROR(Sec("kda.out"));
   GYRE_RETURN_IF_ERROR(cuda::GatedRmsNorm(o, z, N, Hh, K, L.o_norm, c.rms_norm_eps, yn, s()));
-  return Linear(yn, N, L.kda_o, out);
+  GYRE_RETURN_IF_ERROR(Linear(yn, N, L.kda_o, out));
+  return TpSum(out, N * c.hidden_size);
 }
 
 Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out,
@@ -1343,7 +1357,8 @@ Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li
   GYRE_RETURN_IF_ERROR(cuda::MlaAttention(q, ac.latent, ac.krot, L.kv_b, md, d.pb, sl, sc, sel_cap, attn, mla_ws.get(),
                                           mla_ws.bytes(), s()));
   GYRE_RETURN_IF_ERROR(Sec("mla.out"));
-  return Linear(attn, N, L.mla_o, out);
+  GYRE_RETURN_IF_ERROR(Linear(attn, N, L.mla_o, out));
+  return TpSum(out, N * c.hidden_size);
 }
 
 Status CudaModel::Impl::MlpLayer(const StepDims& d, const DLayer& L, const float* x, float* out) {
@@ -1355,8 +1370,12 @@ Status CudaModel::Impl::MlpLayer(const StepDims& d, const DLayer& L, const float
     GYRE_RETURN_IF_ERROR(cuda::SwiGlu(gu, 2 * I, gu + I, 2 * I, N, I, limit, act, s()));
     return Linear(act, N, down, dst);
   };
+  const bool tp_mlp = tp && opts.tp.mlp_sharded;
   if (L.mlp == MlpKind::kDense) GYRE_RETURN_IF_ERROR(Sec("mlp.dense"));
-  if (L.mlp == MlpKind::kDense) return swiglu(L.gate_up, L.down, out);
+  if (L.mlp == MlpKind::kDense) {
+    GYRE_RETURN_IF_ERROR(swiglu(L.gate_up, L.down, out));
+    return tp_mlp ? TpSum(out, N * c.hidden_size) : Status::Ok();
+  }
   const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
   GYRE_RETURN_IF_ERROR(Sec("moe.router"));
   GYRE_RETURN_IF_ERROR(Linear(x, N, L.router, rlogits));
@@ -1375,7 +1394,7 @@ Status CudaModel::Impl::MlpLayer(const StepDims& d, const DLayer& L, const float
     GYRE_RETURN_IF_ERROR(swiglu(L.gate_up, L.down, shared_out));
     GYRE_RETURN_IF_ERROR(cuda::AddInPlace(out, shared_out, N * c.hidden_size, s()));
   }
-  return Status::Ok();
+  return tp_mlp ? TpSum(out, N * c.hidden_size) : Status::Ok();
 }
 
 Status CudaModel::Impl::RunLayers(const StepDims& d) {
@@ -1445,7 +1464,28 @@ Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   GYRE_RETURN_IF_ERROR(cuda::StreamMean(X, n_streams, D, dev_blob + o_rows, R, hm, s()));
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hm, R, D, D, w.final_norm, c.rms_norm_eps, hn, D, s()));
   GYRE_RETURN_IF_ERROR(Sec("lm_head"));
-  GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, logits_out));
+  if (!tp) {
+    GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, logits_out));
+  } else {
+    // This rank's vocabulary block [R, Vp], gathered rank-major into [n, R, Vp], then laid out as
+    // the rows' [R, V] (the last blocks' zero padding dropped).
+    const int64_t n = tp->size(), Vp = lm_rows, V = c.vocab_size;
+    if (tp_logits.bytes() < static_cast<size_t>(R * Vp * 4) || tp_gather.bytes() < static_cast<size_t>(n * R * Vp * 4)) {
+      GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s()));
+      tp_logits.Reset();
+      tp_gather.Reset();
+      GYRE_ASSIGN_OR_RETURN(tp_logits, DeviceBuffer::Create(R * Vp * 4));
+      GYRE_ASSIGN_OR_RETURN(tp_gather, DeviceBuffer::Create(n * R * Vp * 4));
+    }
+    GYRE_RETURN_IF_ERROR(Linear(hn, R, w.lm_head, tp_logits.get<float>()));
+    GYRE_RETURN_IF_ERROR(tp->AllGather(tp_logits.get<float>(), tp_gather.get<float>(), R * Vp, DType::kF32, s())
+                             .WithContext("tensor parallel LM-head all-gather"));
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t width = std::min(Vp, V - r * Vp);
+      if (width <= 0) break;
+      GYRE_RETURN_IF_ERROR(Copy2D(logits_out + r * Vp, V, tp_gather.get<float>() + r * R * Vp, Vp, R, width));
+    }
+  }
   if (d.penalized) {
     GYRE_RETURN_IF_ERROR(Sec("penalties"));
     GYRE_RETURN_IF_ERROR(cuda::ApplyPenaltyRows(logits_out, R, c.vocab_size, pen_rows.get<cuda::PenaltyRowDev>(),
@@ -1568,6 +1608,19 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
   auto impl = std::make_unique<CudaModel::Impl>();
   impl->c = config;
   impl->opts = opts;
+  impl->lm_rows = config.vocab_size;
+  if (opts.tp.comm) {
+    const int64_t n = opts.tp.comm->size();
+    if (opts.tp.full_vocab != config.vocab_size || opts.tp.vocab_rows != (config.vocab_size + n - 1) / n)
+      return Status::InvalidArgument("cuda model: tensor parallel vocab_rows must be ceil(vocab / ranks) and "
+                                     "full_vocab the config's vocabulary (parallel/tp_model.h)");
+    if (host && host->lm_head.rows != opts.tp.vocab_rows)
+      return Status::InvalidArgument("cuda model: tensor parallel LM head has " + std::to_string(host->lm_head.rows) +
+                                     " rows, expected " + std::to_string(opts.tp.vocab_rows));
+    impl->tp = opts.tp.comm;
+    impl->lm_rows = opts.tp.vocab_rows;
+    impl->opts.decode_graphs = false;
+  }
   GYRE_ASSIGN_OR_RETURN(impl->stream, cuda::Stream::Create());
   GYRE_ASSIGN_OR_RETURN(impl->gemm, cuda::GemmLt::Create());
   GYRE_RETURN_IF_ERROR(impl->BuildWeights(host));
@@ -1722,7 +1775,7 @@ Status CudaModel::WriteSlotState(SlotId slot, std::span<const std::byte> src, in
 }
 
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
-void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on; }
+void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on && !impl_->tp; }
 
 Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   GYRE_SPAN("cuda.launch", "step");

@@ -38,6 +38,24 @@
 
 namespace gyre {
 
+namespace parallel {
+class DeviceCommunicator;  // parallel/device_communicator.h
+}  // namespace parallel
+
+// One tensor-parallel rank (docs/parallel.md "TP on the CUDA model"): the config and weights given
+// to FromHost are this rank's shard (parallel/tp_model.h ShardModelForTp); the model all-reduces
+// the partial sums of each layer's output projection (and of the MLP when it is sharded) and
+// all-gathers the LM head's vocabulary blocks through `comm`, on its step stream. Every rank then
+// holds the whole logits row and samples the same token. Decode steps run eagerly (no CUDA
+// graphs) under TP: a communicator whose ranks meet on the host (SharedDeviceGroup) cannot be
+// captured.
+struct CudaTpOptions {
+  parallel::DeviceCommunicator* comm = nullptr;  // null: no tensor parallelism
+  bool mlp_sharded = true;                       // the MLP's intermediate width is split (all-reduce after it)
+  int64_t vocab_rows = 0;                        // LM-head rows per rank (ceil(V / ranks), zero-padded)
+  int64_t full_vocab = 0;                        // the model's vocabulary (the gathered row width)
+};
+
 struct CudaModelOptions {
   bool bf16_weights = false;
   int64_t max_seqs = 64;             // KDA state slots = concurrent sequences
@@ -62,6 +80,7 @@ struct CudaModelOptions {
   uint64_t seed = 0;                 // random weights
   bool decode_graphs = true;         // CUDA graphs for decode-only steps
   bool profile_layers = false;       // time every layer of each step with CUDA events (eager steps)
+  CudaTpOptions tp;                  // tensor parallelism (default: none)
 };
 
 struct CudaModelStats {

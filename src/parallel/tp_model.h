@@ -1,0 +1,42 @@
+// Tensor parallelism of a whole model: one rank's shard of the config and the weights, as the
+// CUDA model runs it (runtime/cuda_model.h CudaTpOptions; docs/parallel.md "TP on the CUDA model").
+//
+// Rank r of n keeps:
+//   * KDA layers: heads Split(linear_num_heads, n, r): q/k/v, f_b, g_b, dt_bias rows of its
+//     channels, b and A_log of its heads, conv rows of its q, k and v channels; f_a, g_a and the
+//     output norm replicated; o_proj columns of its channels (a partial sum: all-reduce).
+//   * MLA / DSA layers: heads Split(num_attention_heads, n, r): q_b (or q_proj) rows and kv_b rows
+//     of its heads, o_proj columns (partial sum: all-reduce); q_a, kv_a, their norms and the DSA
+//     indexer replicated (every rank holds the whole latent cache and makes the same selection).
+//   * MLP (with shard_mlp): the dense SwiGLU, every routed expert and the shared expert split over
+//     their intermediate width (gate/up rows, down columns; partial sum: all-reduce); the router
+//     replicated. Without shard_mlp the MLP is replicated and needs no collective.
+//   * LM head: vocabulary rows [r·Vp, min(V, (r+1)·Vp)), Vp = ceil(V / n), padded with zero rows to
+//     Vp so every rank's logits block has the same width (all-gather, then the padding dropped).
+//   * Embedding, norms, hyper-connections: replicated.
+// The shard's config is the model's with linear_num_heads, num_attention_heads and (with
+// shard_mlp) intermediate_size / moe_intermediate_size set to this rank's counts; vocab_size stays
+// the model's (the embedding is whole). The MTP layer is dropped (the CUDA model does not run it).
+//
+// Errors: InvalidArgument when n < 1, r outside [0, n), or a dimension it splits has fewer items
+// than ranks; Unimplemented for quantized weights (W8A8 checkpoints are not sharded yet).
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace gyre::parallel {
+
+struct TpModelShard {
+  ModelConfig config;     // this rank's (heads and, with shard_mlp, intermediate widths)
+  ModelWeights weights;   // this rank's
+  int64_t vocab_rows = 0; // Vp = ceil(V / n): rows of weights.lm_head (zero rows past the vocabulary)
+};
+
+Result<TpModelShard> ShardModelForTp(const ModelConfig& config, const ModelWeights& weights, int size, int rank,
+                                     bool shard_mlp = true);
+
+}  // namespace gyre::parallel
