@@ -244,14 +244,15 @@ if [[ -n "$GYRE" ]] && has_step tp; then
   echo "== gyre verify parallel --backend cuda (TP vs the unsharded CUDA model)"
   rm -f /tmp/gyre_tp_*.json
   i=0
-  for spec in "glm5_mini 2 f32" "glm5_mini 4 f32" "glm5_mini 2 bf16" "glm5_mini 4 bf16" "kimi_tiny 2 f32" \
-              "glm5_tiny 2 f32" "glm5_flat 2 f32" "glm5_mini 3 f32"; do
-    read -r fx n dt <<< "$spec"
+  for spec in "glm5_mini tp=2 f32" "glm5_mini tp=4 f32" "glm5_mini tp=2 bf16" "glm5_mini tp=4 bf16" "kimi_tiny tp=2 f32" \
+              "glm5_tiny tp=2 f32" "glm5_flat tp=2 f32" "glm5_mini tp=3 f32" "glm5_mini ep=2 f32" "glm5_mini ep=4 f32" \
+              "glm5_mini ep=4 bf16" "kimi_tiny ep=2 f32" "glm5_mini ep=3 f32" "glm5_mini tp=1 f32 nccl"; do
+    read -r fx plan dt comm <<< "$spec"
     i=$((i + 1))
-    timeout 300 "$GYRE" verify parallel --backend cuda --plan tp=$n --model tests/fixtures/$fx --dtype $dt --seed $((i * 7919)) \
-      --json > /tmp/gyre_tp_$i.json 2> /tmp/gyre_tp_$i.err
+    timeout 300 "$GYRE" verify parallel --backend cuda --plan $plan --model tests/fixtures/$fx --dtype $dt --seed $((i * 7919)) \
+      --comm ${comm:-shared} --json > /tmp/gyre_tp_$i.json 2> /tmp/gyre_tp_$i.err
     rc=$?
-    echo "  tp=$n $fx $dt: exit $rc $(tail -c 300 /tmp/gyre_tp_$i.err)"
+    echo "  $plan $fx $dt ${comm:-shared}: exit $rc $(tail -c 300 /tmp/gyre_tp_$i.err)"
     [[ $rc -ne 0 ]] && status=1
   done
   # Negative control: the MLP partial sums not all-reduced must fail the check (exit 1).
@@ -272,7 +273,7 @@ for r in reps:
     if "error" in r:
         print("  FAIL", r["file"], r["error"]); continue
     g = r["greedy"]
-    print(f'  {"pass" if r["pass"] else "FAIL"} {r["plan"]} {r["model"]} {r["weights"]} fault={r["injected_fault"]}: '
+    print(f'  {"pass" if r["pass"] else "FAIL"} {r["plan"]} {r["communicator"][:4]} {r["model"]} {r["weights"]} fault={r["injected_fault"]}: '
           f'ragged rel-L2 {r["ragged_logits"]["worst_rel_l2"]:.2e} (tol {r["tolerance"]:.2e}), greedy {g["mismatches"]} '
           f'mismatches / {g["near_ties"]} near ties, sampled identical {r["sampled"]["identical"]}, '
           f'decode ms/step {r.get("decode_step_ms", {}).get("unsharded", 0):.2f} -> tp {r.get("decode_step_ms", {}).get("tp", 0):.2f}'

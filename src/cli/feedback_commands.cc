@@ -223,13 +223,13 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   });
 
   struct ParArgs {
-    std::string plan, merge = "fp32", backend = "cpu", model, dtype = "f32";
+    std::string plan, merge = "fp32", backend = "cpu", model, dtype = "f32", comm = "shared";
     uint64_t seed = 0;
     bool json = false, inject_fault = false, replicate_mlp = false;
   };
   auto pa = std::make_shared<ParArgs>();
   auto* vpar = verify->add_subcommand("parallel", "each op of a parallel plan sharded vs unsharded (in-process ranks)");
-  vpar->add_option("--plan", pa->plan, "tp=2 | tp=4 | ep=2 | cp=2 | cp=4 (cuda: tp=N)")->required();
+  vpar->add_option("--plan", pa->plan, "tp=2 | tp=4 | ep=2 | cp=2 | cp=4 (cuda: tp=N, ep=N = TP attention + experts split by expert)")->required();
   vpar->add_option("--merge-precision", pa->merge, "CP state merge: fp32 (default), bf16, tf32")
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
   vpar->add_option("--seed", pa->seed, "input seed (default: random, printed)");
@@ -240,6 +240,8 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   vpar->add_option("--model", pa->model, "cuda: the checkpoint folder (default: tests/fixtures/glm5_mini, from the working directory)");
   vpar->add_option("--dtype", pa->dtype, "cuda: weights f32 (default) or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   vpar->add_flag("--replicate-mlp", pa->replicate_mlp, "cuda: keep the MLP and experts whole on every rank");
+  vpar->add_option("--comm", pa->comm, "cuda: shared (ranks as threads sharing GPU 0, default) or nccl (rank r on GPU r)")
+      ->check(CLI::IsMember({"shared", "nccl"}));
   vpar->add_flag("--inject-fault", pa->inject_fault,
                  "cuda: negative control, the MLP partial sums are not all-reduced (the check must fail)");
   vpar->add_flag("--json", pa->json);
@@ -247,19 +249,21 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
     *runner = [pa] {
       const uint64_t seed = pa->seed ? pa->seed : std::random_device{}();
       if (pa->backend == "cpu") {
-        if (!pa->model.empty() || pa->inject_fault || pa->replicate_mlp || pa->dtype != "f32") {
-          std::cerr << "gyre verify parallel: --model, --dtype, --replicate-mlp and --inject-fault need --backend cuda\n";
+        if (!pa->model.empty() || pa->inject_fault || pa->replicate_mlp || pa->dtype != "f32" || pa->comm != "shared") {
+          std::cerr << "gyre verify parallel: --model, --dtype, --comm, --replicate-mlp and --inject-fault need --backend "
+                       "cuda\n";
           return 2;
         }
         return parallel::RunVerifyParallelCli(pa->plan, pa->merge, seed, pa->json);
       }
       int n = 0;
-      const std::string ns = pa->plan.rfind("tp=", 0) == 0 ? pa->plan.substr(3) : "";
+      const bool ep = pa->plan.rfind("ep=", 0) == 0;
+      const std::string ns = pa->plan.rfind("tp=", 0) == 0 || ep ? pa->plan.substr(3) : "";
       const bool digits = !ns.empty() && ns.size() <= 2 && std::all_of(ns.begin(), ns.end(), ::isdigit);
       if (digits) n = std::stoi(ns);
       if (!digits || n < 1 || n > 16) {
-        std::cerr << "gyre verify parallel --backend cuda: --plan must be tp=N with N in [1, 16] (ep, pp and cp do "
-                     "not run on the CUDA model yet), not '" << pa->plan << "'\n";
+        std::cerr << "gyre verify parallel --backend cuda: --plan must be tp=N or ep=N with N in [1, 16] (pp and cp "
+                     "do not run on the CUDA model yet), not '" << pa->plan << "'\n";
         return 2;
       }
       parallel::VerifyTpCudaOptions o;
@@ -267,6 +271,12 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       o.size = n;
       o.bf16_weights = pa->dtype == "bf16";
       o.shard_mlp = !pa->replicate_mlp;
+      o.expert_parallel = ep;
+      o.nccl = pa->comm == "nccl";
+      if (ep && pa->replicate_mlp) {
+        std::cerr << "gyre verify parallel: --replicate-mlp contradicts --plan ep=N\n";
+        return 2;
+      }
       o.inject_fault = pa->inject_fault;
       o.seed = seed;
       auto rep = parallel::VerifyTpCuda(o);

@@ -83,6 +83,7 @@ struct ServeArgs {
   std::string model_positional;
   int tensor_parallel_size = 1;
   bool tp_shared_gpu = false;
+  bool enable_expert_parallel = false;
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
   std::string prefix_cache_checkpoint_bytes = "auto";
@@ -146,6 +147,9 @@ Status CheckVllmFlags(const ServeArgs& a) {
     return Status::InvalidArgument("--tensor-parallel-size " + std::to_string(a.tensor_parallel_size) +
                                    ": tensor parallelism runs on --backend cuda (docs/parallel.md); the cpu backend "
                                    "serves one rank");
+  if (a.enable_expert_parallel && a.tensor_parallel_size == 1)
+    return Status::InvalidArgument("--enable-expert-parallel needs --tensor-parallel-size >= 2 (the experts are "
+                                   "split over the TP ranks)");
   if (a.tp_shared_gpu && a.tensor_parallel_size == 1)
     return Status::InvalidArgument("--tp-shared-gpu needs --tensor-parallel-size >= 2");
   if (a.kv_cache_dtype != "auto")
@@ -379,6 +383,7 @@ int RunServe(ServeArgs a) {
       to.size = a.tensor_parallel_size;
       to.comm = a.tp_shared_gpu ? parallel::TpRunnerOptions::Comm::kShared : parallel::TpRunnerOptions::Comm::kNccl;
       to.model = co;
+      to.expert_parallel = a.enable_expert_parallel;
       auto tp = parallel::TpRunner::Create(config, model->weights(), to);
       if (!tp.ok()) return Fail(tp.status());
       for (int r = 0; r < (*tp)->size(); ++r) {
@@ -390,7 +395,8 @@ int RunServe(ServeArgs a) {
         st.reserved_bytes += rs.reserved_bytes;
       }
       tp_line = "; tensor parallel " + std::to_string(a.tensor_parallel_size) +
-                (a.tp_shared_gpu ? " ranks as threads sharing GPU 0" : " ranks over NCCL") + ", totals over ranks";
+                (a.tp_shared_gpu ? " ranks as threads sharing GPU 0" : " ranks over NCCL") +
+                (a.enable_expert_parallel ? ", experts split by expert" : "") + ", totals over ranks";
       gpu = std::unique_ptr<ModelRunner>(std::move(*tp));
 #else
       return Fail(Status::Unimplemented("--tensor-parallel-size: this gyre was built without NCCL"));
@@ -654,6 +660,9 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_flag("--tp-shared-gpu", args->tp_shared_gpu,
               "with --tensor-parallel-size N: the N ranks are threads sharing GPU 0 (device copies, no NCCL): "
               "checks the sharded model on one GPU; it is slower than one rank, not faster");
+  s->add_flag("--enable-expert-parallel", args->enable_expert_parallel,
+              "vLLM's flag: with --tensor-parallel-size N, split the routed experts by expert over the N ranks "
+              "(attention stays TP; one all-reduce combines)");
   s->add_option("--kv-cache-dtype", args->kv_cache_dtype, "vLLM's flag: only auto")->capture_default_str();
   s->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching,
               "vLLM's flag: reuse cached prompt prefixes (attention pages shared, KDA state restored from checkpoints); "

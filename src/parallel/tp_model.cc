@@ -57,7 +57,9 @@ Status NeedItems(const char* what, int64_t items, int size) {
 }  // namespace
 
 Result<TpModelShard> ShardModelForTp(const ModelConfig& c, const ModelWeights& w, int size, int rank,
-                                     bool shard_mlp) {
+                                     const TpShardOptions& opts) {
+  const bool ep = opts.expert_parallel;
+  const bool shard_mlp = opts.shard_mlp || ep;
   if (size < 1 || rank < 0 || rank >= size)
     return Status::InvalidArgument("tensor parallel: rank " + std::to_string(rank) + " of " + std::to_string(size));
   if (AnyQuantized(w))
@@ -73,7 +75,11 @@ Result<TpModelShard> ShardModelForTp(const ModelConfig& c, const ModelWeights& w
   if (kda) GYRE_RETURN_IF_ERROR(NeedItems("linear_num_heads", c.linear_num_heads, size));
   if (mla) GYRE_RETURN_IF_ERROR(NeedItems("num_attention_heads", c.num_attention_heads, size));
   if (shard_mlp && dense) GYRE_RETURN_IF_ERROR(NeedItems("intermediate_size", c.intermediate_size, size));
-  if (shard_mlp && moe) GYRE_RETURN_IF_ERROR(NeedItems("moe_intermediate_size", c.moe_intermediate_size, size));
+  if (shard_mlp && moe && !ep) GYRE_RETURN_IF_ERROR(NeedItems("moe_intermediate_size", c.moe_intermediate_size, size));
+  if (ep && moe) GYRE_RETURN_IF_ERROR(NeedItems("n_routed_experts", c.n_routed_experts, size));
+  if (ep && moe && c.n_shared_experts > 0)
+    GYRE_RETURN_IF_ERROR(NeedItems("moe_intermediate_size x n_shared_experts",
+                                   c.moe_intermediate_size * c.n_shared_experts, size));
 
   TpModelShard s;
   s.config = c;
@@ -84,8 +90,11 @@ Result<TpModelShard> ShardModelForTp(const ModelConfig& c, const ModelWeights& w
   s.config.num_attention_heads = mh.size();
   if (shard_mlp) {
     s.config.intermediate_size = Split(c.intermediate_size, size, rank).size();
-    s.config.moe_intermediate_size = Split(c.moe_intermediate_size, size, rank).size();
+    if (!ep) s.config.moe_intermediate_size = Split(c.moe_intermediate_size, size, rank).size();
   }
+  const Range experts = ep ? Split(c.n_routed_experts, size, rank) : Range{0, c.n_routed_experts};
+  s.expert_begin = experts.begin;
+  s.expert_count = experts.size();
 
   ModelWeights& o = s.weights;
   o.embed = w.embed;
@@ -147,7 +156,11 @@ Result<TpModelShard> ShardModelForTp(const ModelConfig& c, const ModelWeights& w
       if (in.mlp == MlpKind::kDense) {
         ShardSwiGlu(&out.dense, size, rank);
       } else {
-        for (MlpWeights& e : out.moe.experts) ShardSwiGlu(&e, size, rank);
+        if (ep) {
+          out.moe.experts.assign(in.moe.experts.begin() + experts.begin, in.moe.experts.begin() + experts.end);
+        } else {
+          for (MlpWeights& e : out.moe.experts) ShardSwiGlu(&e, size, rank);
+        }
         if (out.moe.has_shared) ShardSwiGlu(&out.moe.shared, size, rank);
       }
     }

@@ -11,6 +11,11 @@
 //   * MLP (with shard_mlp): the dense SwiGLU, every routed expert and the shared expert split over
 //     their intermediate width (gate/up rows, down columns; partial sum: all-reduce); the router
 //     replicated. Without shard_mlp the MLP is replicated and needs no collective.
+//   * With expert_parallel instead: the routed experts Split(n_routed_experts, n, r), each whole
+//     (the rank computes only the (token, slot) pairs routed to its experts: every rank holds every
+//     token, as the attention is TP), the shared expert and the dense MLP split by width, the router
+//     replicated; one all-reduce sums the routed and shared partial outputs. This is EP with TP
+//     attention (the seeds' layout inside a node), combining by all-reduce rather than all-to-all.
 //   * LM head: vocabulary rows [r·Vp, min(V, (r+1)·Vp)), Vp = ceil(V / n), padded with zero rows to
 //     Vp so every rank's logits block has the same width (all-gather, then the padding dropped).
 //   * Embedding, norms, hyper-connections: replicated.
@@ -30,13 +35,20 @@
 
 namespace gyre::parallel {
 
+struct TpShardOptions {
+  bool shard_mlp = true;         // split the MLP width (else replicate the MLP)
+  bool expert_parallel = false;  // split the routed experts by expert (implies the MLP is sharded)
+};
+
 struct TpModelShard {
   ModelConfig config;     // this rank's (heads and, with shard_mlp, intermediate widths)
   ModelWeights weights;   // this rank's
   int64_t vocab_rows = 0; // Vp = ceil(V / n): rows of weights.lm_head (zero rows past the vocabulary)
+  // expert_parallel: this rank's routed experts [expert_begin, expert_begin + weights' count).
+  int64_t expert_begin = 0, expert_count = 0;
 };
 
 Result<TpModelShard> ShardModelForTp(const ModelConfig& config, const ModelWeights& weights, int size, int rank,
-                                     bool shard_mlp = true);
+                                     const TpShardOptions& opts = {});
 
 }  // namespace gyre::parallel

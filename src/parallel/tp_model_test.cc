@@ -168,11 +168,39 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TpShardSizes, ::testing::Values(1, 2, 3));
 
 TEST(TpShard, ReplicatedMlpStaysWhole) {
   Model m = Make();
-  auto s = ShardModelForTp(m.c, m.w, 2, 1, /*shard_mlp=*/false);
+  auto s = ShardModelForTp(m.c, m.w, 2, 1, {.shard_mlp = false});
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->config.intermediate_size, m.c.intermediate_size);
   EXPECT_EQ(s->weights.layers[1].moe.experts[0].down.data, m.w.layers[1].moe.experts[0].down.data);
   EXPECT_EQ(s->config.linear_num_heads, 2);  // heads 3..4 of 5
+}
+
+TEST(TpShard, ExpertParallelSplitsExpertsWhole) {
+  Model m = Make();
+  std::vector<MlpWeights> experts;
+  int64_t next = 0;
+  for (int r = 0; r < 3; ++r) {
+    auto s = ShardModelForTp(m.c, m.w, 3, r, {.shard_mlp = true, .expert_parallel = true});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->expert_begin, next);
+    EXPECT_EQ(s->config.moe_intermediate_size, m.c.moe_intermediate_size);  // experts whole
+    EXPECT_EQ(s->config.n_routed_experts, m.c.n_routed_experts);            // the router is whole
+    const auto& moe = s->weights.layers[1].moe;
+    ASSERT_EQ(static_cast<int64_t>(moe.experts.size()), s->expert_count);
+    EXPECT_EQ(moe.router.data, m.w.layers[1].moe.router.data);
+    experts.insert(experts.end(), moe.experts.begin(), moe.experts.end());
+    next += s->expert_count;
+    // The shared expert and the dense MLP are split by width.
+    EXPECT_LT(moe.shared.gate.rows, m.w.layers[1].moe.shared.gate.rows);
+    EXPECT_LT(s->weights.layers[0].dense.gate.rows, m.w.layers[0].dense.gate.rows);
+  }
+  ASSERT_EQ(experts.size(), m.w.layers[1].moe.experts.size());
+  for (size_t e = 0; e < experts.size(); ++e) {
+    EXPECT_EQ(experts[e].gate.data, m.w.layers[1].moe.experts[e].gate.data) << e;
+    EXPECT_EQ(experts[e].down.data, m.w.layers[1].moe.experts[e].down.data) << e;
+  }
+  // 4 experts cannot go to 5 ranks (nor can 3 MLA heads, which is checked first).
+  EXPECT_EQ(ShardModelForTp(m.c, m.w, 5, 0, {.expert_parallel = true}).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TpShard, RefusesWhatCannotBeSplit) {

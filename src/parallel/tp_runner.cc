@@ -106,7 +106,7 @@ Result<std::unique_ptr<TpRunner>> TpRunner::Create(const ModelConfig& config, co
   // Shard on the host first: a config that cannot be split fails before any GPU work.
   std::vector<TpModelShard> shards;
   for (int r = 0; r < n; ++r) {
-    GYRE_ASSIGN_OR_RETURN(TpModelShard s, ShardModelForTp(config, weights, n, r, opts.shard_mlp));
+    GYRE_ASSIGN_OR_RETURN(TpModelShard s, ShardModelForTp(config, weights, n, r, {opts.shard_mlp, opts.expert_parallel}));
     shards.push_back(std::move(s));
   }
   std::unique_ptr<TpRunner> t(new TpRunner());
@@ -139,7 +139,11 @@ Result<std::unique_ptr<TpRunner>> TpRunner::Create(const ModelConfig& config, co
   auto model_opts = [&](int r) {
     CudaModelOptions o = opts.model;
     o.tp.comm = &w.Comm(r);
-    o.tp.mlp_sharded = opts.shard_mlp && !opts.fault_skip_mlp_reduce;
+    o.tp.mlp_sharded = (opts.shard_mlp || opts.expert_parallel) && !opts.fault_skip_mlp_reduce;
+    if (opts.expert_parallel) {
+      o.tp.expert_begin = shards[r].expert_begin;
+      o.tp.expert_count = shards[r].expert_count;
+    }
     o.tp.vocab_rows = shards[r].vocab_rows;
     o.tp.full_vocab = config.vocab_size;
     return o;

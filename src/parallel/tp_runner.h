@@ -40,6 +40,8 @@ struct TpRunnerOptions {
   Comm comm = Comm::kShared;
   int device = 0;            // kShared: the GPU every rank uses
   bool shard_mlp = true;     // split the MLP / experts' intermediate width too (else replicated)
+  // Routed experts split by expert instead (EP with TP attention; parallel/tp_model.h).
+  bool expert_parallel = false;
   // Per rank (tp is filled in). With gpu_memory_utilization > 0, rank 0 sizes its page pool from
   // it (divided by `size` under kShared: the ranks share the GPU) and the other ranks take the same
   // number of pages, so page ids mean the same on every rank.

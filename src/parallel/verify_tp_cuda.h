@@ -41,6 +41,8 @@ struct VerifyTpCudaOptions {
   int size = 2;              // TP ranks
   bool bf16_weights = false;
   bool shard_mlp = true;
+  bool expert_parallel = false;  // plan ep=N: TP attention, routed experts split by expert
+  bool nccl = false;             // NcclCommunicator, rank r on GPU r (needs `size` GPUs) instead of shared
   bool inject_fault = false;
   uint64_t seed = 1;
 };

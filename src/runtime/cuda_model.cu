@@ -241,6 +241,14 @@ int64_t NextPow2(int64_t x) {
   return p;
 }
 
+// Expert parallelism: idx[i] ← idx[i] − e0 when this rank holds expert idx[i], else −1.
+__global__ void LocalExpertIdsKernel(int32_t* idx, int64_t n, int32_t e0, int32_t count) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int32_t e = idx[i];
+  idx[i] = e >= e0 && e < e0 + count ? e - e0 : -1;
+}
+
 // ---- device weights ------------------------------------------------------------------------------
 
 struct DHc {
@@ -1007,30 +1015,32 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
     } else {
       const MoeWeights& mw = hl.moe;
       const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
+      // The experts this model holds: all, or an expert-parallel rank's range (the router stays whole).
+      const int64_t El = opts.tp.comm && opts.tp.expert_count > 0 ? opts.tp.expert_count : E;
       GYRE_ASSIGN_OR_RETURN(L.router, b.Mat(H(mw.router), E, D, Lin(D), true));
       GYRE_ASSIGN_OR_RETURN(L.bias, b.Vec(host && !mw.bias.empty() ? &mw.bias : nullptr, E,
                                           Init{Dist::kNormal, 0, 0.05f}));
       if (host && mw.bias.empty()) GYRE_CUDA_RETURN_IF_ERROR(cudaMemset(L.bias, 0, E * 4));
       std::vector<Builder::Part> gu_parts, dn_parts;
       if (host) {
-        GYRE_ASSIGN_OR_RETURN(L.q_experts, b.QExperts(mw, E, D, I, &L.qexperts));
+        GYRE_ASSIGN_OR_RETURN(L.q_experts, b.QExperts(mw, El, D, I, &L.qexperts));
       }
       if (L.q_experts) {
         // No dequantized copy: the W8A8 experts are the only ones.
       } else if (host) {
-        for (int64_t e = 0; e < E; ++e) {
+        for (int64_t e = 0; e < El; ++e) {
           gu_parts.push_back({&mw.experts[e].gate, I, e * 2 * I, {}});
           gu_parts.push_back({&mw.experts[e].up, I, e * 2 * I + I, {}});
           dn_parts.push_back({&mw.experts[e].down, D, e * D, {}});
         }
       } else {
-        gu_parts.push_back({nullptr, E * 2 * I, 0, Lin(D)});
-        dn_parts.push_back({nullptr, E * D, 0, Lin(I)});
+        gu_parts.push_back({nullptr, El * 2 * I, 0, Lin(D)});
+        dn_parts.push_back({nullptr, El * D, 0, Lin(I)});
       }
       if (!L.q_experts) {
-        GYRE_ASSIGN_OR_RETURN(DMat gu, b.Mat(E * 2 * I, D, gu_parts));
-        GYRE_ASSIGN_OR_RETURN(DMat dn, b.Mat(E * D, I, dn_parts));
-        L.experts = cuda::MoeExpertWeights{gu.data, dn.data, gu.bf16, E, D, I};
+        GYRE_ASSIGN_OR_RETURN(DMat gu, b.Mat(El * 2 * I, D, gu_parts));
+        GYRE_ASSIGN_OR_RETURN(DMat dn, b.Mat(El * D, I, dn_parts));
+        L.experts = cuda::MoeExpertWeights{gu.data, dn.data, gu.bf16, El, D, I};
       }
       L.has_shared = host ? mw.has_shared : c.n_shared_experts > 0;
       if (L.has_shared) {
@@ -1381,6 +1391,12 @@ Status CudaModel::Impl::MlpLayer(const StepDims& d, const DLayer& L, const float
   GYRE_RETURN_IF_ERROR(Linear(x, N, L.router, rlogits));
   cuda::RouteDims rd{E, k, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling_factor};
   GYRE_RETURN_IF_ERROR(cuda::MoeRoute(rlogits, N, L.bias, rd, ridx, rw, s()));
+  if (tp && opts.tp.expert_count > 0) {
+    // Expert parallelism: global expert ids → this rank's (negative: another rank's, skipped).
+    LocalExpertIdsKernel<<<GridFor(N * k), 256, 0, s()>>>(ridx, N * k, static_cast<int32_t>(opts.tp.expert_begin),
+                                                         static_cast<int32_t>(opts.tp.expert_count));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
   GYRE_RETURN_IF_ERROR(Sec("moe.experts"));
   if (L.q_experts) {
     GYRE_RETURN_IF_ERROR(cuda::MoeExpertsW8A8(x, N, ridx, rw, k, L.qexperts, limit, out, moe_q_ws.get(),

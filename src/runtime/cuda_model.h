@@ -54,6 +54,10 @@ struct CudaTpOptions {
   bool mlp_sharded = true;                       // the MLP's intermediate width is split (all-reduce after it)
   int64_t vocab_rows = 0;                        // LM-head rows per rank (ceil(V / ranks), zero-padded)
   int64_t full_vocab = 0;                        // the model's vocabulary (the gathered row width)
+  // Expert parallelism (with mlp_sharded): the host weights hold routed experts
+  // [expert_begin, expert_begin + expert_count) of the router's n_routed_experts; (token, slot)
+  // pairs routed elsewhere are skipped. 0: every expert.
+  int64_t expert_begin = 0, expert_count = 0;
 };
 
 struct CudaModelOptions {
