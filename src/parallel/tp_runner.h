@@ -12,6 +12,8 @@
 // agree and returns rank 0's tokens (Internal when they differ). A rank that fails aborts a shared
 // group, so the other ranks stop waiting; an NCCL group times out (the communicator's timeout).
 //
+// With expert_parallel the routed experts are split by expert instead of by width (EP with TP
+// attention, one all-reduce combining; parallel/tp_model.h).
 // Not yet: sequence transfer (ReadPages / WritePages / *SlotState return Unimplemented: each rank
 // holds a head shard of the KDA state), speculative pieces, W8A8 checkpoints, CUDA graphs.
 //
