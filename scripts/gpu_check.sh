@@ -58,10 +58,10 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
-# Steps to run (comma list): verify (ops), model (fixture parity), tp (tensor parallelism on one GPU), quant (W8A8: tools/gpu/quant_check.sh), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# Steps to run (comma list): verify (ops), model (fixture parity), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,eval,trace,engine,devcomm,tp,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,eval,trace,engine,devcomm,tp,disagg,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -282,6 +282,15 @@ for r in reps:
 EOF3
   # The server under TP (2 ranks sharing the GPU) gives the one-rank server's greedy completions.
   timeout 300 python3 tools/gpu/tp_serve_check.py --gyre "$GYRE" --out "$OUT/gpu_tp_serve.json" || status=1
+fi
+# ---- disaggregation on GPU instances: gyre router over a cuda prefill and a cuda decode instance ----
+if [[ -n "$GYRE" ]] && has_step disagg; then
+  echo "== tests/disagg/router.sh with --backend cuda instances (prefill, decode, colocated)"
+  GYRE_SERVE_EXTRA="--backend cuda --gpu-memory-utilization 0.05" timeout 300 tests/disagg/router.sh "$GYRE" \
+    tests/fixtures/glm5_tiny > "$OUT/gpu_disagg_router.log" 2>&1
+  rc=$?
+  tail -3 "$OUT/gpu_disagg_router.log"
+  [[ $rc -ne 0 ]] && { echo "  FAIL disagg router on cuda: exit $rc"; status=1; }
 fi
 if [[ -n "$GYRE" ]] && has_step serve; then
   echo "== gyre serve --backend cuda vs the CPU server (tools/gpu/serve_check.py)"

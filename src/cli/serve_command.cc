@@ -275,8 +275,14 @@ int RunServe(ServeArgs a) {
   const bool cuda = a.backend == "cuda";
   const bool random = !a.config.empty();
   if (random && !cuda) return Fail(Status::InvalidArgument("--config (random weights) needs --backend cuda"));
-  if (a.role != "both" && cuda)
-    return Fail(Status::Unimplemented("--role " + a.role + " runs on the cpu backend only (docs/disaggregation.md)"));
+  // Prefill and decode instances run on either backend (the sequence image of the CUDA model is
+  // read and written by device copies); the two-runner local pair is built from CPU runners only.
+  if (a.role == "local-pair" && cuda)
+    return Fail(Status::Unimplemented("--role local-pair runs on the cpu backend only (docs/disaggregation.md); "
+                                      "--role prefill / decode run on cuda"));
+  if (a.role != "both" && a.tensor_parallel_size > 1)
+    return Fail(Status::Unimplemented("--role " + a.role + " with --tensor-parallel-size: the TP runner does not "
+                                      "export or import sequence caches yet (docs/parallel.md)"));
   if (a.random_weights && !random) return Fail(Status::InvalidArgument("--random-weights needs --config FILE"));
   std::unique_ptr<Model> model;   // the CPU model (cpu backend; host weights for --backend cuda --model)
   ModelConfig config;
