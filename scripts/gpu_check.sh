@@ -246,7 +246,8 @@ if [[ -n "$GYRE" ]] && has_step tp; then
   i=0
   for spec in "glm5_mini tp=2 f32" "glm5_mini tp=4 f32" "glm5_mini tp=2 bf16" "glm5_mini tp=4 bf16" "kimi_tiny tp=2 f32" \
               "glm5_tiny tp=2 f32" "glm5_flat tp=2 f32" "glm5_mini tp=3 f32" "glm5_mini ep=2 f32" "glm5_mini ep=4 f32" \
-              "glm5_mini ep=4 bf16" "kimi_tiny ep=2 f32" "glm5_mini ep=3 f32" "glm5_mini tp=1 f32 nccl"; do
+              "glm5_mini ep=4 bf16" "kimi_tiny ep=2 f32" "glm5_mini ep=3 f32" "glm5_mini tp=1 f32 nccl" \
+              "glm5_mini pp=2 f32" "glm5_mini pp=3 f32" "glm5_mini pp=6 f32" "glm5_mini pp=2 bf16" "kimi_tiny pp=2 f32"; do
     read -r fx plan dt comm <<< "$spec"
     i=$((i + 1))
     timeout 300 "$GYRE" verify parallel --backend cuda --plan $plan --model tests/fixtures/$fx --dtype $dt --seed $((i * 7919)) \

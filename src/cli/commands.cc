@@ -457,8 +457,11 @@ int Main(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) {
     const std::string a = argv[i];
-    args.push_back(a == "-tp" ? "--tensor-parallel-size"
-                   : a.rfind("-tp=", 0) == 0 ? "--tensor-parallel-size=" + a.substr(4) : a);
+    args.push_back(a == "-tp"                   ? "--tensor-parallel-size"
+                   : a.rfind("-tp=", 0) == 0   ? "--tensor-parallel-size=" + a.substr(4)
+                   : a == "-pp"                ? "--pipeline-parallel-size"
+                   : a.rfind("-pp=", 0) == 0   ? "--pipeline-parallel-size=" + a.substr(4)
+                                               : a);
   }
   try {
     app.parse(std::move(args));  // CLI11 takes the arguments in reverse order

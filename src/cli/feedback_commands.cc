@@ -229,7 +229,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   };
   auto pa = std::make_shared<ParArgs>();
   auto* vpar = verify->add_subcommand("parallel", "each op of a parallel plan sharded vs unsharded (in-process ranks)");
-  vpar->add_option("--plan", pa->plan, "tp=2 | tp=4 | ep=2 | cp=2 | cp=4 (cuda: tp=N, ep=N = TP attention + experts split by expert)")->required();
+  vpar->add_option("--plan", pa->plan, "tp=2 | tp=4 | ep=2 | cp=2 | cp=4 (cuda: tp=N, ep=N = TP attention + experts split by expert, pp=N = layer split)")->required();
   vpar->add_option("--merge-precision", pa->merge, "CP state merge: fp32 (default), bf16, tf32")
       ->check(CLI::IsMember({"fp32", "bf16", "tf32"}));
   vpar->add_option("--seed", pa->seed, "input seed (default: random, printed)");
@@ -257,13 +257,13 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
         return parallel::RunVerifyParallelCli(pa->plan, pa->merge, seed, pa->json);
       }
       int n = 0;
-      const bool ep = pa->plan.rfind("ep=", 0) == 0;
-      const std::string ns = pa->plan.rfind("tp=", 0) == 0 || ep ? pa->plan.substr(3) : "";
+      const bool ep = pa->plan.rfind("ep=", 0) == 0, pp = pa->plan.rfind("pp=", 0) == 0;
+      const std::string ns = pa->plan.rfind("tp=", 0) == 0 || ep || pp ? pa->plan.substr(3) : "";
       const bool digits = !ns.empty() && ns.size() <= 2 && std::all_of(ns.begin(), ns.end(), ::isdigit);
       if (digits) n = std::stoi(ns);
       if (!digits || n < 1 || n > 16) {
-        std::cerr << "gyre verify parallel --backend cuda: --plan must be tp=N or ep=N with N in [1, 16] (pp and cp "
-                     "do not run on the CUDA model yet), not '" << pa->plan << "'\n";
+        std::cerr << "gyre verify parallel --backend cuda: --plan must be tp=N, ep=N or pp=N with N in [1, 16] (cp "
+                     "does not run on the CUDA model yet), not '" << pa->plan << "'\n";
         return 2;
       }
       parallel::VerifyTpCudaOptions o;
@@ -272,9 +272,10 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       o.bf16_weights = pa->dtype == "bf16";
       o.shard_mlp = !pa->replicate_mlp;
       o.expert_parallel = ep;
+      o.pipeline = pp;
       o.nccl = pa->comm == "nccl";
-      if (ep && pa->replicate_mlp) {
-        std::cerr << "gyre verify parallel: --replicate-mlp contradicts --plan ep=N\n";
+      if ((ep || pp) && pa->replicate_mlp) {
+        std::cerr << "gyre verify parallel: --replicate-mlp is for --plan tp=N\n";
         return 2;
       }
       o.inject_fault = pa->inject_fault;

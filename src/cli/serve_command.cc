@@ -84,6 +84,7 @@ struct ServeArgs {
   int tensor_parallel_size = 1;
   bool tp_shared_gpu = false;
   bool enable_expert_parallel = false;
+  int pipeline_parallel_size = 1;
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
   std::string prefix_cache_checkpoint_bytes = "auto";
@@ -147,11 +148,19 @@ Status CheckVllmFlags(const ServeArgs& a) {
     return Status::InvalidArgument("--tensor-parallel-size " + std::to_string(a.tensor_parallel_size) +
                                    ": tensor parallelism runs on --backend cuda (docs/parallel.md); the cpu backend "
                                    "serves one rank");
+  if (a.pipeline_parallel_size < 1)
+    return Status::InvalidArgument("--pipeline-parallel-size must be >= 1, not " + std::to_string(a.pipeline_parallel_size));
+  if (a.pipeline_parallel_size != 1 && a.backend != "cuda")
+    return Status::InvalidArgument("--pipeline-parallel-size " + std::to_string(a.pipeline_parallel_size) +
+                                   ": layer split runs on --backend cuda (docs/parallel.md)");
+  if (a.pipeline_parallel_size != 1 && a.tensor_parallel_size != 1)
+    return Status::InvalidArgument("--pipeline-parallel-size with --tensor-parallel-size: one of the two at a time "
+                                   "for now (docs/parallel.md)");
   if (a.enable_expert_parallel && a.tensor_parallel_size == 1)
     return Status::InvalidArgument("--enable-expert-parallel needs --tensor-parallel-size >= 2 (the experts are "
                                    "split over the TP ranks)");
-  if (a.tp_shared_gpu && a.tensor_parallel_size == 1)
-    return Status::InvalidArgument("--tp-shared-gpu needs --tensor-parallel-size >= 2");
+  if (a.tp_shared_gpu && a.tensor_parallel_size == 1 && a.pipeline_parallel_size == 1)
+    return Status::InvalidArgument("--tp-shared-gpu needs --tensor-parallel-size or --pipeline-parallel-size >= 2");
   if (a.kv_cache_dtype != "auto")
     return Status::InvalidArgument("--kv-cache-dtype " + a.kv_cache_dtype +
                                    ": only 'auto' (the backend's cache dtype) is supported; quantized KV caches "
@@ -280,7 +289,7 @@ int RunServe(ServeArgs a) {
   if (a.role == "local-pair" && cuda)
     return Fail(Status::Unimplemented("--role local-pair runs on the cpu backend only (docs/disaggregation.md); "
                                       "--role prefill / decode run on cuda"));
-  if (a.role != "both" && a.tensor_parallel_size > 1)
+  if (a.role != "both" && (a.tensor_parallel_size > 1 || a.pipeline_parallel_size > 1))
     return Fail(Status::Unimplemented("--role " + a.role + " with --tensor-parallel-size: the TP runner does not "
                                       "export or import sequence caches yet (docs/parallel.md)"));
   if (a.random_weights && !random) return Fail(Status::InvalidArgument("--random-weights needs --config FILE"));
@@ -380,13 +389,15 @@ int RunServe(ServeArgs a) {
     Result<std::unique_ptr<ModelRunner>> gpu = Status::Internal("no runner");
     CudaModelStats st;
     std::string tp_line;
-    if (a.tensor_parallel_size > 1) {
+    const int ranks = std::max(a.tensor_parallel_size, a.pipeline_parallel_size);
+    if (ranks > 1) {
 #ifdef GYRE_HAVE_DEVCOMM
       if (random)
         return Fail(Status::Unimplemented("--tensor-parallel-size with --config (random weights): the ranks shard "
                                           "host weights; give --model DIR"));
       parallel::TpRunnerOptions to;
-      to.size = a.tensor_parallel_size;
+      to.size = ranks;
+      to.pipeline = a.pipeline_parallel_size > 1;
       to.comm = a.tp_shared_gpu ? parallel::TpRunnerOptions::Comm::kShared : parallel::TpRunnerOptions::Comm::kNccl;
       to.model = co;
       to.expert_parallel = a.enable_expert_parallel;
@@ -400,7 +411,7 @@ int RunServe(ServeArgs a) {
         st.scratch_bytes += rs.scratch_bytes;
         st.reserved_bytes += rs.reserved_bytes;
       }
-      tp_line = "; tensor parallel " + std::to_string(a.tensor_parallel_size) +
+      tp_line = std::string(to.pipeline ? "; layer split over " : "; tensor parallel ") + std::to_string(ranks) +
                 (a.tp_shared_gpu ? " ranks as threads sharing GPU 0" : " ranks over NCCL") +
                 (a.enable_expert_parallel ? ", experts split by expert" : "") + ", totals over ranks";
       gpu = std::unique_ptr<ModelRunner>(std::move(*tp));
@@ -666,6 +677,10 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_flag("--tp-shared-gpu", args->tp_shared_gpu,
               "with --tensor-parallel-size N: the N ranks are threads sharing GPU 0 (device copies, no NCCL): "
               "checks the sharded model on one GPU; it is slower than one rank, not faster");
+  s->add_option("--pipeline-parallel-size", args->pipeline_parallel_size,
+                "vLLM's flag (also -pp): --backend cuda splits the layers into N stages, stage r on GPU r over NCCL "
+                "(or sharing GPU 0 with --tp-shared-gpu); no micro-batching yet (docs/parallel.md)")
+      ->capture_default_str();
   s->add_flag("--enable-expert-parallel", args->enable_expert_parallel,
               "vLLM's flag: with --tensor-parallel-size N, split the routed experts by expert over the N ranks "
               "(attention stays TP; one all-reduce combines)");

@@ -168,4 +168,45 @@ Result<TpModelShard> ShardModelForTp(const ModelConfig& c, const ModelWeights& w
   return s;
 }
 
+Result<TpModelShard> ShardModelForPp(const ModelConfig& c, const ModelWeights& w, int size, int rank) {
+  if (size < 1 || rank < 0 || rank >= size)
+    return Status::InvalidArgument("pipeline parallel: stage " + std::to_string(rank) + " of " + std::to_string(size));
+  GYRE_RETURN_IF_ERROR(NeedItems("num_hidden_layers", c.num_hidden_layers, size));
+  const Range layers = Split(c.num_hidden_layers, size, rank);
+  // A shared-indexer DSA layer takes the selection of the most recent full DSA layer of the step;
+  // that layer must be on this stage.
+  for (int64_t l = layers.begin; l < layers.end; ++l) {
+    if (c.layer_types[l] != AttnKind::kDsa) continue;
+    if (c.indexer_types[l] == IndexerKind::kFull) break;
+    bool earlier_full = false;
+    for (int64_t e = 0; e < layers.begin; ++e)
+      earlier_full |= c.layer_types[e] == AttnKind::kDsa && c.indexer_types[e] == IndexerKind::kFull;
+    if (earlier_full)
+      return Status::Unimplemented("pipeline parallel: stage " + std::to_string(rank) + " starts at layer " +
+                                   std::to_string(layers.begin) + ", whose DSA layer " + std::to_string(l) +
+                                   " shares an earlier stage's indexer selection (not sent between stages yet)");
+    break;
+  }
+  TpModelShard s;
+  s.config = c;
+  s.config.num_nextn_predict_layers = 0;
+  s.config.num_hidden_layers = layers.size();
+  auto cut = [&](auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    v = V(v.begin() + layers.begin, v.begin() + layers.end);
+  };
+  cut(s.config.layer_types);
+  cut(s.config.mlp_layer_types);
+  if (static_cast<int64_t>(s.config.indexer_types.size()) == c.num_hidden_layers) cut(s.config.indexer_types);
+  ModelWeights& o = s.weights;
+  o.embed = w.embed;
+  o.final_norm = w.final_norm;
+  o.lm_head = w.lm_head;
+  o.prefix = w.prefix;
+  o.layers.assign(w.layers.begin() + layers.begin, w.layers.begin() + layers.end);
+  s.vocab_rows = c.vocab_size;
+  s.expert_count = 0;
+  return s;
+}
+
 }  // namespace gyre::parallel

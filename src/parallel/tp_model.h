@@ -51,4 +51,12 @@ struct TpModelShard {
 Result<TpModelShard> ShardModelForTp(const ModelConfig& config, const ModelWeights& weights, int size, int rank,
                                      const TpShardOptions& opts = {});
 
+// Layer split (pipeline parallelism): stage r of n keeps layers Split(num_hidden_layers, n, r)
+// whole (config.num_hidden_layers and the per-layer type lists cut to them) and the embedding,
+// final norm and LM head (replicated: the first stage embeds, the last one samples; the others'
+// copies are unused). vocab_rows = V. Errors: InvalidArgument (n < 1, r outside [0, n), fewer
+// layers than stages), Unimplemented (a stage that would start with a DSA layer sharing the
+// indexer selection of a layer on an earlier stage).
+Result<TpModelShard> ShardModelForPp(const ModelConfig& config, const ModelWeights& weights, int size, int rank);
+
 }  // namespace gyre::parallel

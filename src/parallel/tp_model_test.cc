@@ -203,6 +203,49 @@ TEST(TpShard, ExpertParallelSplitsExpertsWhole) {
   EXPECT_EQ(ShardModelForTp(m.c, m.w, 5, 0, {.expert_parallel = true}).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(PpShard, StagesHoldTheirLayersWhole) {
+  Model m = Make();
+  for (int n : {1, 2, 3}) {
+    int64_t next = 0;
+    for (int r = 0; r < n; ++r) {
+      auto s = ShardModelForPp(m.c, m.w, n, r);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      const int64_t L = s->config.num_hidden_layers;
+      ASSERT_EQ(static_cast<int64_t>(s->weights.layers.size()), L);
+      ASSERT_EQ(static_cast<int64_t>(s->config.layer_types.size()), L);
+      ASSERT_EQ(static_cast<int64_t>(s->config.mlp_layer_types.size()), L);
+      for (int64_t l = 0; l < L; ++l) {
+        EXPECT_EQ(s->config.layer_types[l], m.c.layer_types[next + l]);
+        EXPECT_EQ(s->weights.layers[l].input_norm, m.w.layers[next + l].input_norm);
+        EXPECT_EQ(s->weights.layers[l].attn_hc.fn.data, m.w.layers[next + l].attn_hc.fn.data);
+      }
+      next += L;
+      EXPECT_EQ(s->config.linear_num_heads, m.c.linear_num_heads);
+      EXPECT_EQ(s->weights.lm_head.data, m.w.lm_head.data);
+      EXPECT_EQ(s->vocab_rows, m.c.vocab_size);
+    }
+    EXPECT_EQ(next, m.c.num_hidden_layers);
+  }
+  EXPECT_EQ(ShardModelForPp(m.c, m.w, 4, 0).status().code(), StatusCode::kInvalidArgument);  // 3 layers
+}
+
+TEST(PpShard, RefusesAStageThatWouldNeedAnEarlierStagesIndexer) {
+  std::string cfg = kConfig;
+  auto swap = [&](const std::string& a, const std::string& b) { cfg.replace(cfg.find(a), a.size(), b); };
+  swap(R"("layer_types": ["linear_attention", "deepseek_sparse_attention", "linear_attention"])",
+       R"("layer_types": ["deepseek_sparse_attention", "linear_attention", "deepseek_sparse_attention"])");
+  swap(R"("indexer_types": ["full", "full", "full"])", R"("indexer_types": ["full", "full", "shared"])");
+  auto c = ParseModelConfig(cfg);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = RandomWeights(*c, 3);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_TRUE(ShardModelForPp(*c, *w, 2, 0).ok());
+  auto s1 = ShardModelForPp(*c, *w, 2, 1);  // layers [2, 3): a shared DSA layer whose indexer is on stage 0
+  ASSERT_FALSE(s1.ok());
+  EXPECT_EQ(s1.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s1.status().message().find("indexer"), std::string::npos);
+}
+
 TEST(TpShard, RefusesWhatCannotBeSplit) {
   Model m = Make();
   auto too_many = ShardModelForTp(m.c, m.w, 4, 0);  // 3 MLA heads

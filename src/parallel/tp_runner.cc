@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -106,11 +107,14 @@ Result<std::unique_ptr<TpRunner>> TpRunner::Create(const ModelConfig& config, co
   // Shard on the host first: a config that cannot be split fails before any GPU work.
   std::vector<TpModelShard> shards;
   for (int r = 0; r < n; ++r) {
-    GYRE_ASSIGN_OR_RETURN(TpModelShard s, ShardModelForTp(config, weights, n, r, {opts.shard_mlp, opts.expert_parallel}));
+    GYRE_ASSIGN_OR_RETURN(TpModelShard s, opts.pipeline ? ShardModelForPp(config, weights, n, r)
+                                                        : ShardModelForTp(config, weights, n, r,
+                                                                          {opts.shard_mlp, opts.expert_parallel}));
     shards.push_back(std::move(s));
   }
   std::unique_ptr<TpRunner> t(new TpRunner());
   t->config_ = config;
+  t->pipeline_ = opts.pipeline;
   t->workers_ = std::make_unique<Workers>();
   Workers& w = *t->workers_;
   if (opts.comm == TpRunnerOptions::Comm::kShared) {
@@ -138,6 +142,10 @@ Result<std::unique_ptr<TpRunner>> TpRunner::Create(const ModelConfig& config, co
   }
   auto model_opts = [&](int r) {
     CudaModelOptions o = opts.model;
+    if (opts.pipeline) {
+      o.pp.comm = &w.Comm(r);
+      return o;
+    }
     o.tp.comm = &w.Comm(r);
     o.tp.mlp_sharded = (opts.shard_mlp || opts.expert_parallel) && !opts.fault_skip_mlp_reduce;
     if (opts.expert_parallel) {
@@ -148,31 +156,39 @@ Result<std::unique_ptr<TpRunner>> TpRunner::Create(const ModelConfig& config, co
     o.tp.full_vocab = config.vocab_size;
     return o;
   };
-  // Rank 0 first: with gpu_memory_utilization it sizes the page pool, which the others copy.
-  CudaModelOptions first = model_opts(0);
-  if (first.gpu_memory_utilization > 0 && !w.shared) {
-    // one GPU per rank: each rank's pool comes out of its own GPU; rank 0's size is the rule.
-  } else if (first.gpu_memory_utilization > 0) {
-    first.gpu_memory_utilization /= n;
+  // One rank first: with gpu_memory_utilization it sizes the page pool, which the others copy. It
+  // is rank 0, or under layer split the first stage that has attention layers (a stage without
+  // them has no page pool).
+  int sizer = 0;
+  if (opts.pipeline) {
+    for (int r = n - 1; r >= 0; --r) {
+      const auto& lt = shards[r].config.layer_types;
+      if (std::any_of(lt.begin(), lt.end(), [](AttnKind k) { return k != AttnKind::kKda; })) sizer = r;
+    }
   }
+  CudaModelOptions first = model_opts(sizer);
+  if (first.gpu_memory_utilization > 0 && w.shared) first.gpu_memory_utilization /= n;  // the ranks share the GPU
   GYRE_RETURN_IF_ERROR(t->OnRanks([&](int r) -> Status {
-    if (r != 0) return Status::Ok();
-    GYRE_ASSIGN_OR_RETURN(t->models_[0], CudaModel::FromHost(shards[0].config, shards[0].weights, first));
+    if (r != sizer) return Status::Ok();
+    GYRE_ASSIGN_OR_RETURN(t->models_[r], CudaModel::FromHost(shards[r].config, shards[r].weights, first));
     return Status::Ok();
   }));
-  const RunnerCapacity cap0 = t->models_[0]->capacity();
+  const RunnerCapacity cap0 = t->models_[sizer]->capacity();
   GYRE_RETURN_IF_ERROR(t->OnRanks([&](int r) -> Status {
-    if (r == 0) return Status::Ok();
+    if (r == sizer) return Status::Ok();
     CudaModelOptions o = model_opts(r);
     if (o.gpu_memory_utilization > 0) {
       o.gpu_memory_utilization = 0;
       o.reserve_fraction = 0;
-      o.kv_tokens = cap0.num_pages * cap0.page_tokens;
+      o.kv_tokens = std::max<int64_t>(cap0.num_pages, 1) * cap0.page_tokens;
       if (o.max_seq_tokens <= 0) o.max_seq_tokens = std::min<int64_t>(o.kv_tokens, int64_t(1) << 17);
     }
     GYRE_ASSIGN_OR_RETURN(t->models_[r], CudaModel::FromHost(shards[r].config, shards[r].weights, o));
     const RunnerCapacity cap = t->models_[r]->capacity();
-    if (cap.num_pages != cap0.num_pages || cap.num_slots != cap0.num_slots ||
+    // (A pipeline stage without attention layers has no page pool: num_pages 0.)
+    const bool pages_differ = opts.pipeline ? cap.num_pages > 0 && cap0.num_pages > 0 && cap.num_pages != cap0.num_pages
+                                            : cap.num_pages != cap0.num_pages;
+    if (pages_differ || cap.num_slots != cap0.num_slots ||
         cap.max_step_tokens != cap0.max_step_tokens || cap.max_step_pieces != cap0.max_step_pieces)
       return Status::Internal("tensor parallel: rank " + std::to_string(r) + "'s capacity differs from rank 0's");
     return Status::Ok();
@@ -182,12 +198,17 @@ Result<std::unique_ptr<TpRunner>> TpRunner::Create(const ModelConfig& config, co
 
 RunnerCapacity TpRunner::capacity() const {
   RunnerCapacity c = models_[0]->capacity();
-  // Bytes of the whole model's cache behind one page / slot: pages hold the replicated latent
-  // cache on every rank; slots hold one head shard of the KDA state per rank.
-  int64_t slot = 0;
-  for (const auto& m : models_) slot += m->capacity().bytes_per_slot;
+  // Bytes of the whole model's cache behind one page / slot, summed over the ranks: TP pages hold
+  // the replicated latent cache on every rank and slots one head shard of the KDA state each;
+  // pipeline stages hold their own layers' pages and slots.
+  int64_t slot = 0, page = 0;
+  for (const auto& m : models_) {
+    slot += m->capacity().bytes_per_slot;
+    page += m->capacity().bytes_per_page;
+    c.num_pages = std::max(c.num_pages, m->capacity().num_pages);
+  }
   c.bytes_per_slot = slot;
-  c.bytes_per_page *= static_cast<int64_t>(models_.size());
+  c.bytes_per_page = page;
   return c;
 }
 
@@ -197,6 +218,13 @@ Status TpRunner::Launch(std::span<const StepPiece> pieces, bool want_logits) {
 
 Status TpRunner::Collect(std::vector<SampledToken>* out, std::vector<float>* logits) {
   std::vector<std::vector<SampledToken>> got(models_.size());
+  const int last = static_cast<int>(models_.size()) - 1;
+  if (pipeline_) {
+    // The last stage's tokens; the others ran the head on their own hidden states (unused).
+    GYRE_RETURN_IF_ERROR(OnRanks([&](int r) { return models_[r]->Collect(&got[r], r == last ? logits : nullptr); }));
+    if (out) *out = std::move(got[last]);
+    return Status::Ok();
+  }
   GYRE_RETURN_IF_ERROR(OnRanks([&](int r) { return models_[r]->Collect(&got[r], r == 0 ? logits : nullptr); }));
   for (size_t r = 1; r < got.size(); ++r) {
     bool same = got[r].size() == got[0].size();

@@ -13,7 +13,8 @@
 // group, so the other ranks stop waiting; an NCCL group times out (the communicator's timeout).
 //
 // With expert_parallel the routed experts are split by expert instead of by width (EP with TP
-// attention, one all-reduce combining; parallel/tp_model.h).
+// attention, one all-reduce combining; parallel/tp_model.h). With pipeline the ranks are layer
+// stages instead (layer split, CudaPpOptions): tokens and logits are the last stage's.
 // Not yet: sequence transfer (ReadPages / WritePages / *SlotState return Unimplemented: each rank
 // holds a head shard of the KDA state), speculative pieces, W8A8 checkpoints, CUDA graphs.
 //
@@ -44,6 +45,11 @@ struct TpRunnerOptions {
   bool shard_mlp = true;     // split the MLP / experts' intermediate width too (else replicated)
   // Routed experts split by expert instead (EP with TP attention; parallel/tp_model.h).
   bool expert_parallel = false;
+  // Layer split instead of TP: rank r is pipeline stage r with layers Split(L, size, r) whole
+  // (ShardModelForPp); the last stage's tokens and logits are returned, and it sends its ids to
+  // the first stage on the device (kPrevToken inputs work as on one GPU). No micro-batching yet:
+  // a step runs through the stages one after the other, so stages idle.
+  bool pipeline = false;
   // Per rank (tp is filled in). With gpu_memory_utilization > 0, rank 0 sizes its page pool from
   // it (divided by `size` under kShared: the ranks share the GPU) and the other ranks take the same
   // number of pages, so page ids mean the same on every rank.
@@ -90,6 +96,7 @@ class TpRunner final : public ModelRunner {
   Status OnRanks(const std::function<Status(int)>& fn);
 
   ModelConfig config_;
+  bool pipeline_ = false;
   std::unique_ptr<Workers> workers_;
   std::vector<std::unique_ptr<CudaModel>> models_;  // destroyed on their rank threads
 };

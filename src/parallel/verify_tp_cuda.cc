@@ -81,6 +81,7 @@ Result<nlohmann::json> VerifyTpCuda(const VerifyTpCudaOptions& opts) {
   to.comm = opts.nccl ? TpRunnerOptions::Comm::kNccl : TpRunnerOptions::Comm::kShared;
   to.shard_mlp = opts.shard_mlp;
   to.expert_parallel = opts.expert_parallel;
+  to.pipeline = opts.pipeline;
   to.model = mo;
   to.fault_skip_mlp_reduce = opts.inject_fault;
   GYRE_ASSIGN_OR_RETURN(std::unique_ptr<TpRunner> tp_model, TpRunner::Create(c, host->weights(), to));
@@ -95,9 +96,11 @@ Result<nlohmann::json> VerifyTpCuda(const VerifyTpCudaOptions& opts) {
     return v;
   };
   nlohmann::json rep;
-  rep["plan"] = (opts.expert_parallel ? "ep=" : "tp=") + std::to_string(opts.size);
-  rep["layout"] = opts.expert_parallel ? "attention heads, dense MLP and shared expert TP; routed experts split by expert"
-                                       : (opts.shard_mlp ? "attention heads and MLP width TP" : "attention heads TP, MLP replicated");
+  rep["plan"] = (opts.pipeline ? "pp=" : opts.expert_parallel ? "ep=" : "tp=") + std::to_string(opts.size);
+  rep["layout"] = opts.pipeline          ? "layer split: stage r holds layers Split(L, n, r) whole"
+                  : opts.expert_parallel ? "attention heads, dense MLP and shared expert TP; routed experts split by expert"
+                  : opts.shard_mlp       ? "attention heads and MLP width TP"
+                                         : "attention heads TP, MLP replicated";
   rep["backend"] = "cuda";
   rep["communicator"] = opts.nccl ? "NcclCommunicator (rank r on GPU r)" : "SharedDeviceGroup (ranks as threads sharing one GPU)";
   rep["model"] = opts.model_dir;

@@ -42,6 +42,7 @@ struct VerifyTpCudaOptions {
   bool bf16_weights = false;
   bool shard_mlp = true;
   bool expert_parallel = false;  // plan ep=N: TP attention, routed experts split by expert
+  bool pipeline = false;         // plan pp=N: layer split, stage r on rank r
   bool nccl = false;             // NcclCommunicator, rank r on GPU r (needs `size` GPUs) instead of shared
   bool inject_fault = false;
   uint64_t seed = 1;

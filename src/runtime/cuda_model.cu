@@ -512,6 +512,8 @@ struct CudaModel::Impl {
   parallel::DeviceCommunicator* tp = nullptr;
   int64_t lm_rows = 0;  // rows of w.lm_head: vocab_size, or the rank's padded vocabulary block
   DeviceBuffer tp_logits, tp_gather;
+  // Layer split (opts.pp): this stage's communicator (rank = stage).
+  parallel::DeviceCommunicator* pp = nullptr;
   // Sums a partial [n] fp32 output over the TP ranks in place (no-op without TP).
   Status TpSum(float* p, int64_t n) {
     if (!tp) return Status::Ok();
@@ -1426,11 +1428,17 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
   span_name = nullptr;  // a step that failed half-way left its section open
   cur_layer = -1;
   GYRE_RETURN_IF_ERROR(Sec("embed"));
-  // kPrevToken inputs ← their slot's most recent sample (device side: the host does not know it yet).
-  ResolvePrevTokenKernel<<<GridFor(N), 256, 0, s()>>>(dev_blob + o_ids, dev_blob + o_seq, dev_blob + o_slots, N, last_token);
-  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  GYRE_RETURN_IF_ERROR(cuda::Embedding(dev_blob + o_ids, N, w.embed, y, s()));
-  for (int64_t st = 0; st < nS; ++st) GYRE_RETURN_IF_ERROR(Copy2D(X + st * D, nS * D, y, D, N, D));
+  if (pp && pp->rank() > 0) {
+    // A later stage: the hidden streams come from the stage before.
+    GYRE_RETURN_IF_ERROR(pp->Recv(X, N * nS * D, DType::kF32, pp->rank() - 1, s()).WithContext("pipeline receive"));
+  } else {
+    // kPrevToken inputs ← their slot's most recent sample (device side: the host does not know it yet).
+    ResolvePrevTokenKernel<<<GridFor(N), 256, 0, s()>>>(dev_blob + o_ids, dev_blob + o_seq, dev_blob + o_slots, N,
+                                                        last_token);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    GYRE_RETURN_IF_ERROR(cuda::Embedding(dev_blob + o_ids, N, w.embed, y, s()));
+    for (int64_t st = 0; st < nS; ++st) GYRE_RETURN_IF_ERROR(Copy2D(X + st * D, nS * D, y, D, N, D));
+  }
   GYRE_RETURN_IF_ERROR(mark(1));
   cuda::HcDims hp{nS, D, c.rms_norm_eps, c.hc_eps, c.hc_sinkhorn_iters};
   const int32_t* last_sel = nullptr;
@@ -1469,6 +1477,8 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
     }
     GYRE_RETURN_IF_ERROR(mark(2 + l));
   }
+  if (pp && pp->rank() + 1 < pp->size())
+    GYRE_RETURN_IF_ERROR(pp->Send(X, N * nS * D, DType::kF32, pp->rank() + 1, s()).WithContext("pipeline send"));
   return Status::Ok();
 }
 
@@ -1519,6 +1529,16 @@ Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   } else {
     GYRE_RETURN_IF_ERROR(Sec("argmax"));
     GYRE_RETURN_IF_ERROR(cuda::Argmax(logits_out, R, c.vocab_size, next_ids, s()));
+  }
+  if (pp && pp->size() > 1 && (pp->rank() == 0 || pp->rank() + 1 == pp->size())) {
+    // The last stage's ids go to the first (sent as fp32-typed bytes: pure data movement), where
+    // they replace the first stage's own (unused) samples before RecordLastToken.
+    const int last = pp->size() - 1;
+    if (pp->rank() == last) {
+      GYRE_RETURN_IF_ERROR(pp->Send(next_ids, R, DType::kF32, 0, s()).WithContext("pipeline ids send"));
+    } else {
+      GYRE_RETURN_IF_ERROR(pp->Recv(next_ids, R, DType::kF32, last, s()).WithContext("pipeline ids receive"));
+    }
   }
   RecordLastTokenKernel<<<GridFor(R), 256, 0, s()>>>(next_ids, dev_blob + o_rslot, R, last_token);
   GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -1635,6 +1655,11 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
                                      " rows, expected " + std::to_string(opts.tp.vocab_rows));
     impl->tp = opts.tp.comm;
     impl->lm_rows = opts.tp.vocab_rows;
+    impl->opts.decode_graphs = false;
+  }
+  if (opts.pp.comm) {
+    if (opts.tp.comm) return Status::Unimplemented("cuda model: tensor parallelism and layer split together");
+    impl->pp = opts.pp.comm;
     impl->opts.decode_graphs = false;
   }
   GYRE_ASSIGN_OR_RETURN(impl->stream, cuda::Stream::Create());
@@ -1791,7 +1816,7 @@ Status CudaModel::WriteSlotState(SlotId slot, std::span<const std::byte> src, in
 }
 
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
-void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on && !impl_->tp; }
+void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on && !impl_->tp && !impl_->pp; }
 
 Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   GYRE_SPAN("cuda.launch", "step");

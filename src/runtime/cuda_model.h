@@ -60,6 +60,16 @@ struct CudaTpOptions {
   int64_t expert_begin = 0, expert_count = 0;
 };
 
+// One pipeline stage (docs/parallel.md "Layer split"): the config and weights given to FromHost are
+// this stage's layers (parallel/tp_model.h ShardModelForPp). A stage after the first receives the
+// hidden streams from the stage before instead of embedding; a stage before the last sends its
+// output streams on. The last stage sends its sampled ids back to the first (which resolves
+// kPrevToken inputs from them). Every stage still runs the head (the others' tokens are unused).
+// Decode steps run eagerly under PP.
+struct CudaPpOptions {
+  parallel::DeviceCommunicator* comm = nullptr;  // null: no layer split; rank = stage
+};
+
 struct CudaModelOptions {
   bool bf16_weights = false;
   int64_t max_seqs = 64;             // KDA state slots = concurrent sequences
@@ -85,6 +95,7 @@ struct CudaModelOptions {
   bool decode_graphs = true;         // CUDA graphs for decode-only steps
   bool profile_layers = false;       // time every layer of each step with CUDA events (eager steps)
   CudaTpOptions tp;                  // tensor parallelism (default: none)
+  CudaPpOptions pp;                  // layer split (default: none); not together with tp
 };
 
 struct CudaModelStats {

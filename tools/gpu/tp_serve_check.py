@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """TP serving check (scripts/gpu_check.sh step `tp`): `gyre serve --backend cuda
 --tensor-parallel-size 2 --tp-shared-gpu` (two ranks as threads sharing this GPU) against the
-one-rank CUDA server on the same checkpoint, and the same with --enable-expert-parallel, through HTTP:
+one-rank CUDA server on the same checkpoint, and the same with --enable-expert-parallel, and
+--pipeline-parallel-size 3 (stages sharing the GPU), through HTTP:
   1. greedy /v1/completions (24 tokens) on four prompts, batched concurrently: identical text (TP
      and TP + EP against one rank);
   2. a streamed greedy chat completion: identical text to the non-streamed one of the 1-rank server;
@@ -37,7 +38,9 @@ def main():
     two, p2, l2 = start(a.gyre, [*common, "--tensor-parallel-size", "2", "--tp-shared-gpu"], "/tmp/gyre_tp_serve_2.log")
     ep, p3, l3 = start(a.gyre, [*common, "--tensor-parallel-size", "2", "--tp-shared-gpu", "--enable-expert-parallel"],
                        "/tmp/gyre_tp_serve_ep2.log")
-    report["servers"] = {"tp1": l1, "tp2": l2, "ep2": l3}
+    pp, p4, l4 = start(a.gyre, [*common, "--pipeline-parallel-size", "3", "--tp-shared-gpu"],
+                       "/tmp/gyre_tp_serve_pp3.log")
+    report["servers"] = {"tp1": l1, "tp2": l2, "ep2": l3, "pp3": l4}
     try:
         prompts = ["The quick brown fox", "Hello, world! 1 2 3", "zz top", "a"]
         res = {}
@@ -47,7 +50,7 @@ def main():
                            {"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": True})
 
         threads = [threading.Thread(target=run, args=(port, (port, i), p))
-                   for port in (p1, p2, p3) for i, p in enumerate(prompts)]
+                   for port in (p1, p2, p3, p4) for i, p in enumerate(prompts)]
         for t in threads:
             t.start()
         for t in threads:
@@ -62,6 +65,10 @@ def main():
             same = s1 == 200 and s3 == 200 and r1["choices"][0]["text"] == r3["choices"][0]["text"]
             check(f"greedy completion {i}: tp=2 + expert parallel identical to tp=1", same,
                   tp1=r1 if not same else None, ep2=r3 if not same else None)
+            s4, r4 = res[(p4, i)]
+            same = s1 == 200 and s4 == 200 and r1["choices"][0]["text"] == r4["choices"][0]["text"]
+            check(f"greedy completion {i}: 3 pipeline stages identical to one GPU", same,
+                  tp1=r1 if not same else None, pp3=r4 if not same else None)
         body = {"messages": [{"role": "user", "content": "Tell me about rivers."}], "max_tokens": 20,
                 "temperature": 0, "ignore_eos": True}
         s1, r1 = req(p1, "POST", "/v1/chat/completions", body)
@@ -78,7 +85,7 @@ def main():
         used = (metric(p2, "gyre_kv_cache_pages_used"), metric(p2, "gyre_kda_state_slots_used"))
         check("tp=2 pools back to zero", used == (0.0, 0.0), used=used)
     finally:
-        for p in (one, two, ep):
+        for p in (one, two, ep, pp):
             p.terminate()
             try:
                 p.wait(timeout=30)
