@@ -192,13 +192,22 @@ expect_fail "eval unknown backend" 2 "" -- "$GYRE" eval --model "$FX/glm5_tiny" 
 if ! command -v nvidia-smi > /dev/null 2>&1; then
   expect_fail "generate --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" generate --model "$FX/glm5_tiny" --ids 1 --backend cuda
   expect_fail "verify model without a GPU" 1 "CUDA" -- "$GYRE" verify model --model "$FX/glm5_tiny"
+  expect_fail "verify parallel --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" verify parallel --backend cuda --plan tp=2 --model "$FX/glm5_tiny"
   expect_fail "eval --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/eval.txt" --backend cuda
   expect_fail "bench model --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" bench model --backend cuda --config "$SRC/bench/configs/glm5_next_4layer.json"
 fi
 
 # vLLM launch-line habits: refused flags say what to use and exit 2 before anything loads.
 v=$("$GYRE" --version) && [[ "$v" == gyre\ * ]] && pass "--version" || fail "--version: '$v'"
-expect_fail "serve -tp 2 refused" 2 "one device" -- "$GYRE" serve -tp 2
+expect_fail "verify parallel: cuda-only flags on cpu" 2 "need --backend cuda" -- "$GYRE" verify parallel --plan tp=2 --inject-fault
+expect_fail "verify parallel --backend cuda: cp plan refused" 2 "tp=N, ep=N or pp=N" -- "$GYRE" verify parallel --backend cuda --plan cp=2
+expect_fail "verify parallel --backend cuda: tp=0 refused" 2 "tp=N, ep=N or pp=N" -- "$GYRE" verify parallel --backend cuda --plan tp=0
+expect_fail "serve -tp 2 on the cpu backend refused" 2 "runs on --backend cuda" -- "$GYRE" serve -tp 2
+expect_fail "serve -pp 2 on the cpu backend refused" 2 "runs on --backend cuda" -- "$GYRE" serve -pp 2
+expect_fail "serve: -tp and -pp together refused" 2 "one of the two" -- "$GYRE" serve --backend cuda -tp 2 -pp 2
+expect_fail "serve: --enable-expert-parallel without -tp refused" 2 "needs --tensor-parallel-size" -- "$GYRE" serve --backend cuda --enable-expert-parallel
+expect_fail "serve: --tp-shared-gpu without ranks refused" 2 "needs --tensor-parallel-size" -- "$GYRE" serve --backend cuda --tp-shared-gpu
+expect_fail "serve: -tp 0 refused" 2 ">= 1" -- "$GYRE" serve --backend cuda -tp 0
 expect_fail "serve --kv-cache-dtype fp8 refused" 2 "only 'auto'" -- "$GYRE" serve --kv-cache-dtype fp8
 expect_fail "serve: --prefix-cache-checkpoint-bytes not a size" 2 "not a byte size" -- "$GYRE" serve --prefix-cache-checkpoint-bytes lots
 expect_fail "serve: checkpoint budget without prefix caching" 2 "needs prefix caching" -- "$GYRE" serve --no-enable-prefix-caching --prefix-cache-checkpoint-bytes 1G
@@ -207,7 +216,8 @@ expect_fail "serve: model given twice" 2 "given twice" -- "$GYRE" serve "$FX/glm
 expect_fail "serve: positional model that does not exist" 1 "nope" -- "$GYRE" serve "$TMP/nope"
 expect_fail "router: --prefill and --decode required" 2 "prefill" -- "$GYRE" router --decode http://127.0.0.1:1
 expect_fail "router: a bad instance URL" 2 "--prefill" -- "$GYRE" router --prefill ftp://x --decode http://127.0.0.1:1
-expect_fail "serve: --role decode on cuda refused" 1 "cpu backend only" -- "$GYRE" serve --backend cuda --config "$FX/glm5_tiny/config.json" --role decode
+expect_fail "serve: --role local-pair on cuda refused" 1 "cpu backend only" -- "$GYRE" serve --backend cuda --config "$FX/glm5_tiny/config.json" --role local-pair
+expect_fail "serve: --role decode under TP refused" 1 "does not export" -- "$GYRE" serve --backend cuda --config "$FX/glm5_tiny/config.json" --role decode -tp 2
 expect_fail "serve: --log-level verbose refused" 2 "debug, info, warning, error" -- "$GYRE" serve --log-level verbose
 expect_fail "serve: --log-format xml refused" 2 "text, json" -- "$GYRE" serve --log-format xml
 expect_fail "serve: malformed --allowed-origins" 2 "not a JSON list" -- "$GYRE" serve --allowed-origins '["https://a.example"'

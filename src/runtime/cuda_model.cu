@@ -1634,6 +1634,11 @@ Status CheckGpuConfig(const ModelConfig& c) {
 
 Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, const ModelWeights* host,
                                                  const CudaModelOptions& opts) {
+  // No device first: the config checks below query the device's limits and would read as zero.
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0)
+    return Status::Unavailable(std::string("cuda model: no CUDA device (") +
+                               (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
   GYRE_RETURN_IF_ERROR(CheckGpuConfig(config));
   if (opts.max_seqs < 1 || opts.max_batch_tokens < 1 || opts.kv_tokens < 1 || opts.page_tokens < 1)
     return Status::InvalidArgument("cuda model: max_seqs, max_batch_tokens, kv_tokens and page_tokens must be >= 1");
