@@ -29,6 +29,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   [[ -x "$BUILD/test_engine" ]] && bins+=(test_engine)
   [[ -x "$BUILD/test_transfer" ]] && bins+=(test_transfer)
   [[ -x "$BUILD/test_quant_gpu" ]] && bins+=(test_quant_gpu)
+  [[ -x "$BUILD/test_kv_cache_gpu" ]] && bins+=(test_kv_cache_gpu)
   [[ -x "$BUILD/test_device_comm" ]] && bins+=(test_device_comm)
   for f in "$BUILD"/gyre_*_bench; do [[ -x "$f" ]] && bins+=("$(basename "$f")"); done
   for b in "${bins[@]}"; do
@@ -58,10 +59,10 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
-# Steps to run (comma list): verify (ops), model (fixture parity), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# Steps to run (comma list): verify (ops), model (fixture parity), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,eval,trace,engine,devcomm,tp,disagg,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,kvcache,eval,trace,engine,devcomm,tp,disagg,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -207,6 +208,27 @@ if has_step quant; then
     timeout 1800 tools/gpu/quant_check.sh "$OUT/quant" "$PACK" || status=1
   else
     echo "== no packed test_quant_gpu / gyre / gyre_cuda_bench: W8A8 step skipped"; status=1
+  fi
+fi
+# KV cache dtypes (docs/quantization.md "KV cache dtype"): accuracy per dtype on glm5_mini, then the
+# 4-layer default-shape model's decode at a 16k context per dtype -> OUTDIR/kvcache/.
+if has_step kvcache; then
+  if [[ -x "$PACK/test_kv_cache_gpu" && -n "$GYRE" ]]; then
+    echo "== KV cache dtypes (test_kv_cache_gpu, bench model --kv-cache-dtype)"
+    mkdir -p "$OUT/kvcache"
+    GYRE_KV_REPORT="$OUT/kvcache/accuracy.json" timeout 600 "$PACK/test_kv_cache_gpu" \
+      --gtest_output="json:$OUT/kvcache/test.json" 2>&1 | tee "$OUT/kvcache/test.log" | grep -E "^\[kv|OK|FAILED|PASSED|Failure|rel-L2" || true
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+    for kv in fp32 bf16 fp8 int8; do
+      timeout ${GYRE_KV_BENCH_TIMEOUT:-240} "$GYRE" bench model --backend cuda --config bench/configs/glm5_next_4layer.json \
+        --random-weights --batches ${GYRE_KV_BENCH_BATCHES:-1,16,64} --context ${GYRE_KV_BENCH_CONTEXT:-16384} \
+        --prefill-chunk ${GYRE_KV_BENCH_CONTEXT:-16384} --prompt-lens 4096 --steps 16 --kv-cache-dtype $kv \
+        --out "$OUT/kvcache/bench_model_$kv.json" 2> "$OUT/kvcache/bench_model_$kv.err" || status=1
+      echo "-- --kv-cache-dtype $kv"; tail -4 "$OUT/kvcache/bench_model_$kv.err"
+    done
+    tools/gpu/kv_bench_table.py "$OUT/kvcache" || true
+  else
+    echo "== no packed test_kv_cache_gpu / gyre: kvcache step skipped"; status=1
   fi
 fi
 if has_step engine; then

@@ -208,7 +208,10 @@ expect_fail "serve: -tp and -pp together refused" 2 "one of the two" -- "$GYRE" 
 expect_fail "serve: --enable-expert-parallel without -tp refused" 2 "needs --tensor-parallel-size" -- "$GYRE" serve --backend cuda --enable-expert-parallel
 expect_fail "serve: --tp-shared-gpu without ranks refused" 2 "needs --tensor-parallel-size" -- "$GYRE" serve --backend cuda --tp-shared-gpu
 expect_fail "serve: -tp 0 refused" 2 ">= 1" -- "$GYRE" serve --backend cuda -tp 0
-expect_fail "serve --kv-cache-dtype fp8 refused" 2 "only 'auto'" -- "$GYRE" serve --kv-cache-dtype fp8
+expect_fail "serve --kv-cache-dtype fp8 on the cpu backend refused" 2 "run on --backend cuda" -- "$GYRE" serve --kv-cache-dtype fp8
+expect_fail "serve --kv-cache-policy on the cpu backend refused" 2 "run on --backend cuda" -- "$GYRE" serve --kv-cache-policy p.json
+expect_fail "serve --kv-cache-dtype fp8_e5m2 refused" 2 "expected one of" -- "$GYRE" serve --backend cuda --kv-cache-dtype fp8_e5m2
+expect_fail "serve: --kv-cache-policy with --kv-cache-dtype refused" 2 "give one of the two" -- "$GYRE" serve --backend cuda --kv-cache-policy p.json --kv-cache-dtype bf16
 expect_fail "serve: --prefix-cache-checkpoint-bytes not a size" 2 "not a byte size" -- "$GYRE" serve --prefix-cache-checkpoint-bytes lots
 expect_fail "serve: checkpoint budget without prefix caching" 2 "needs prefix caching" -- "$GYRE" serve --no-enable-prefix-caching --prefix-cache-checkpoint-bytes 1G
 expect_fail "serve: checkpoint budget below one KDA state" 1 "holds no KDA state checkpoint" -- "$GYRE" serve "$FX/glm5_tiny" --port 0 --prefix-cache-checkpoint-bytes 1
@@ -302,8 +305,8 @@ fi
 FULL=$SRC/configs/glm5_3_flash.json
 "$GYRE" inspect --config "$FULL" | grep -q "313326816766 total" && pass "inspect --config: full model 313,326,816,766 params" \
   || fail "inspect --config full model"
-"$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 8 --ep 8 --max-num-seqs 64 --max-model-len 32768 --json \
-  | python3 -c 'import json,sys; o=json.load(sys.stdin); s=o["stages"][0]; assert o["fits"] and s["weights"]["routed_experts"]==42*36*25165824*2 and s["dsa_cache_bytes_per_token"]==16896 and o["max_seqs_at_max_model_len"]>=64, o' \
+"$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 8 --ep 8 --max-num-seqs 48 --max-model-len 32768 --json \
+  | python3 -c 'import json,sys; o=json.load(sys.stdin); s=o["stages"][0]; assert o["fits"] and s["weights"]["routed_experts"]==42*36*25165824*2 and s["dsa_cache_bytes_per_token"]==11*(2*512+4*3*128) and o["max_seqs_at_max_model_len"]>=48, o' \
   && pass "plan --json: 8 GPUs tp8 ep8 fits, exact expert bytes" || fail "plan --json 8xH200"
 "$GYRE" plan --config "$FULL" --gpus 8 --gpu-memory 141G --tp 8 --ep 8 | grep -q "longest single request" \
   && pass "plan text" || fail "plan text"

@@ -760,7 +760,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   });
   struct BenchModelArgs {
     std::string model, config, batches = "1,4,16", out = "-", trace, ceilings, backend = "cpu", weights = "bf16";
-    std::string prompt_lens = "4096,32768";
+    std::string prompt_lens = "4096,32768", kv_cache_dtype = "auto";
     int64_t prompt_len = 256, context = 128, steps = 16, prefill_chunk = 8192, project_layers = 45;
     int repeats = 3;
     uint64_t seed = 1;
@@ -789,6 +789,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   bmod->add_option("--prompt-lens", bm->prompt_lens, "cuda: prefill prompt lengths (default 4096,32768)");
   bmod->add_option("--prefill-chunk", bm->prefill_chunk, "cuda: tokens per prefill step (default 8192)");
   bmod->add_option("--project-layers", bm->project_layers, "cuda: project the step to N layers (0: off)");
+  bmod->add_option("--kv-cache-dtype", bm->kv_cache_dtype, "cuda: DSA/MLA cache rows: auto (fp32), bf16, fp8, int8");
   bmod->callback([bm, runner] {
     *runner = [bm] {
       if (bm->backend == "cuda") {
@@ -813,6 +814,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
         o.seed = bm->seed;
         o.bf16 = bm->weights == "bf16";
         o.project_layers = bm->project_layers;
+        auto kv = ParseKvDtype(bm->kv_cache_dtype);
+        if (!kv) return Fail(kv.status().WithContext("--kv-cache-dtype"));
+        o.kv_cache = *kv;
         // --trace on the GPU: the whole run with its device timeline, in PREFIX.json.
         if (!bm->trace.empty()) feedback::StartTrace(/*device=*/true);
         auto j = BenchCudaModel(*cfg, o);

@@ -253,7 +253,7 @@ void AddPlanCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--pp", a->pp, "pipeline stages: contiguous layer ranges")->check(CLI::PositiveNumber);
   s->add_option("--cp", a->cp, "context parallel ranks: KDA prefill over the sequence")->check(CLI::PositiveNumber);
   s->add_option("--weights", a->weights, "weight storage")->check(CLI::IsMember({"bf16", "fp8", "int8"}));
-  s->add_option("--kv-cache-dtype", a->kv_cache_dtype, "DSA cache storage (fp32: the CUDA model today)")
+  s->add_option("--kv-cache-dtype", a->kv_cache_dtype, "DSA/MLA cache storage as the CUDA model keeps it: latent and k_rot in this dtype, indexer rows fp32")
       ->check(CLI::IsMember({"bf16", "fp8", "int8", "fp32"}));
   s->add_option("--max-num-seqs", a->max_num_seqs, "concurrent sequences (all replicas)")->check(CLI::PositiveNumber);
   s->add_option("--max-model-len", a->max_model_len,

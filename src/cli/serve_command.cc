@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "feedback/trace_export.h"
 #include "model/config.h"
+#include "quant/kv_cache.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
@@ -86,6 +87,7 @@ struct ServeArgs {
   bool enable_expert_parallel = false;
   int pipeline_parallel_size = 1;
   std::string kv_cache_dtype = "auto";
+  std::string kv_cache_policy;  // JSON file (quant/kv_cache.h)
   bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
   std::string prefix_cache_checkpoint_bytes = "auto";
   int64_t prefix_cache_checkpoint_interval = EngineOptions{}.prefix_cache_checkpoint_interval_blocks;
@@ -161,10 +163,17 @@ Status CheckVllmFlags(const ServeArgs& a) {
                                    "split over the TP ranks)");
   if (a.tp_shared_gpu && a.tensor_parallel_size == 1 && a.pipeline_parallel_size == 1)
     return Status::InvalidArgument("--tp-shared-gpu needs --tensor-parallel-size or --pipeline-parallel-size >= 2");
-  if (a.kv_cache_dtype != "auto")
-    return Status::InvalidArgument("--kv-cache-dtype " + a.kv_cache_dtype +
-                                   ": only 'auto' (the backend's cache dtype) is supported; quantized KV caches "
-                                   "are not built yet");
+  if (Result<KvDtype> kv = ParseKvDtype(a.kv_cache_dtype); !kv.ok()) {
+    return Status::InvalidArgument("--kv-cache-dtype: " + kv.error().message());
+  } else if (a.backend != "cuda" && (*kv != KvDtype::kF32 || !a.kv_cache_policy.empty())) {
+    return Status::InvalidArgument(std::string(a.kv_cache_policy.empty() ? "--kv-cache-dtype " + a.kv_cache_dtype
+                                                                          : "--kv-cache-policy") +
+                                   ": quantized KV caches run on --backend cuda; the CPU engine keeps its cache in "
+                                   "fp32 (docs/quantization.md \"KV cache dtype\")");
+  }
+  if (!a.kv_cache_policy.empty() && a.kv_cache_dtype != "auto")
+    return Status::InvalidArgument("--kv-cache-policy with --kv-cache-dtype " + a.kv_cache_dtype +
+                                   ": give one of the two (the policy file has its own \"default\")");
   if (!a.model_positional.empty() && a.model_explicit && a.model_positional != a.model)
     return Status::InvalidArgument("the model is given twice: '" + a.model_positional + "' and --model '" +
                                    a.model + "'");
@@ -386,6 +395,16 @@ int RunServe(ServeArgs a) {
       co.reserve_min_states = 4 * a.max_num_seqs;
     }
     co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
+    {
+      std::vector<bool> is_attention(static_cast<size_t>(config.num_hidden_layers));
+      for (int64_t l = 0; l < config.num_hidden_layers; ++l) is_attention[l] = config.layer_types[l] != AttnKind::kKda;
+      Result<KvCachePolicy> kvp = a.kv_cache_policy.empty()
+                                      ? Result<KvCachePolicy>(UniformKvPolicy(config.num_hidden_layers,
+                                                                              *ParseKvDtype(a.kv_cache_dtype)))
+                                      : LoadKvCachePolicy(a.kv_cache_policy, is_attention);
+      if (!kvp.ok()) return Fail(kvp.error());
+      co.kv_cache = std::move(*kvp);
+    }
     Result<std::unique_ptr<ModelRunner>> gpu = Status::Internal("no runner");
     CudaModelStats st;
     std::string tp_line;
@@ -434,7 +453,10 @@ int RunServe(ServeArgs a) {
                   static_cast<long long>(cap.num_pages), static_cast<long long>(cap.page_tokens),
                   st.kv_bytes / 1073741824.0, a.gpu_memory_utilization, static_cast<long long>(cap.num_slots),
                   st.state_bytes / 1073741824.0, st.scratch_bytes / 1073741824.0);
-    backend_line = line + tp_line;
+    KvCachePolicy attn_only;
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l)
+      if (config.layer_types[l] != AttnKind::kKda) attn_only.layers.push_back(co.kv_cache.layers[l]);
+    backend_line = line + tp_line + "; KV cache " + attn_only.Describe();
     if (co.reserve_fraction > 0 && st.reserved_bytes > 0) {
       eo.prefix_cache_checkpoint_bytes = st.reserved_bytes;
       std::snprintf(line, sizeof line, "; prefix-cache checkpoints %.2f GiB (auto: max(0.1 of the budget, 4 states per slot), <= 0.25)",
@@ -684,7 +706,12 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_flag("--enable-expert-parallel", args->enable_expert_parallel,
               "vLLM's flag: with --tensor-parallel-size N, split the routed experts by expert over the N ranks "
               "(attention stays TP; one all-reduce combines)");
-  s->add_option("--kv-cache-dtype", args->kv_cache_dtype, "vLLM's flag: only auto")->capture_default_str();
+  s->add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                 "DSA/MLA cache rows (latent, k_rot) on --backend cuda: auto (fp32), bf16, fp8 (fp8_e4m3), int8")
+      ->capture_default_str();
+  s->add_option("--kv-cache-policy", args->kv_cache_policy,
+                "JSON file: the KV cache dtype per attention layer, {\"default\": \"bf16\", \"layers\": {\"3\": "
+                "\"fp8\"}} (--backend cuda)");
   s->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching,
               "vLLM's flag: reuse cached prompt prefixes (attention pages shared, KDA state restored from checkpoints); "
               "on by default");

@@ -147,6 +147,10 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
   out["ceilings"] = {{"copy_gbs", ceil.first}, {"bf16_gemm_tflops", ceil.second}};
   const int64_t max_b = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
   const int64_t max_p = o.prompt_lens.empty() ? 0 : *std::max_element(o.prompt_lens.begin(), o.prompt_lens.end());
+  if (o.context > std::max(o.prefill_chunk, max_b))
+    return Status::InvalidArgument("bench model: --context " + std::to_string(o.context) +
+                                   " must fit one prefill step (--prefill-chunk " + std::to_string(o.prefill_chunk) +
+                                   "): the decode contexts are prefilled whole");
   CudaModelOptions mo;
   mo.bf16_weights = o.bf16;
   mo.max_seqs = std::max<int64_t>(max_b, 2);
@@ -156,12 +160,14 @@ Result<nlohmann::json> BenchCudaModel(const ModelConfig& c, const CudaBenchOptio
   mo.kv_tokens = max_p + 2 * mo.page_tokens + max_b * ((o.context + o.steps + 8) / mo.page_tokens + 2) * mo.page_tokens;
   mo.seed = o.seed;
   mo.profile_layers = true;
+  mo.kv_cache = UniformKvPolicy(c.num_hidden_layers, o.kv_cache);
   const auto t0 = std::chrono::steady_clock::now();
   GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> m, CudaModel::Random(c, mo));
   RunnerSession sess(*m);  // the bookkeeping of pages and slots, as the engine keeps it
   const CudaModelStats st0 = m->stats();
   out["model"] = {{"weight_bytes", st0.weight_bytes}, {"kv_bytes", st0.kv_bytes}, {"state_bytes", st0.state_bytes},
                   {"scratch_bytes", st0.scratch_bytes}, {"bf16_weights", o.bf16},
+                  {"kv_cache_dtype", KvDtypeName(o.kv_cache)},
                   {"build_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
   std::mt19937 rng(static_cast<uint32_t>(o.seed) + 7);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);

@@ -21,6 +21,7 @@
 
 #include "core/status.h"
 #include "model/config.h"
+#include "quant/kv_cache.h"
 
 namespace gyre {
 
@@ -33,6 +34,7 @@ struct CudaBenchOptions {
   uint64_t seed = 0;
   bool bf16 = true;
   int64_t project_layers = 45;  // 0: no projection
+  KvDtype kv_cache = KvDtype::kF32;  // every attention layer's latent / k_rot rows
 };
 
 Result<nlohmann::json> BenchCudaModel(const ModelConfig& config, const CudaBenchOptions& opts);

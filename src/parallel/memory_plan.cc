@@ -1,5 +1,7 @@
 #include "parallel/memory_plan.h"
 
+#include "quant/kv_cache.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -44,18 +46,20 @@ int64_t GemmBytes(int64_t elems, WeightDtype d, int64_t hidden) {
   return 0;
 }
 
-// Cache bytes per token of one attention layer.
+// Cache bytes per token of one attention layer, as the CUDA model stores it (quant/kv_cache.h): the
+// latent and k_rot rows in the cache dtype (bf16 / fp8 / int8 rows padded to 16 bytes, the 8-bit
+// ones with an fp32 scale), the indexer's k_I, γ and pooled-key rows in fp32 whatever the dtype.
 int64_t CacheBytesPerToken(const ModelConfig& c, int64_t layer, CacheDtype d) {
   const AttnCacheElems e = ComputeAttnCacheElems(c, layer);
   if (e.total() == 0) return 0;
-  const int64_t parts = (e.latent > 0) + (e.krot > 0) + (e.index_key > 0) + (e.index_gamma > 0);
-  switch (d) {
-    case CacheDtype::kBf16: return 2 * e.total();
-    case CacheDtype::kFp8:
-    case CacheDtype::kInt8: return e.total() + 4 * parts;
-    case CacheDtype::kFp32: return 4 * (e.total() + e.index_key);  // + the pooled-key row
-  }
-  return 0;
+  const KvDtype kv = d == CacheDtype::kBf16 ? KvDtype::kBf16
+                     : d == CacheDtype::kFp8 ? KvDtype::kFp8
+                     : d == CacheDtype::kInt8 ? KvDtype::kInt8
+                                              : KvDtype::kF32;
+  int64_t b = 0;
+  if (e.latent > 0) b += KvRowBytes(kv, e.latent);
+  if (e.krot > 0) b += KvRowBytes(kv, e.krot);
+  return b + 4 * (2 * e.index_key + e.index_gamma);  // k_I, pooled keys, γ
 }
 
 Status CheckShape(const ModelConfig& c, const PlanOptions& o) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "parallel/nccl_communicator.h"
+#include "parallel/shard.h"
 #include "parallel/shared_device_group.h"
 #include "parallel/tp_model.h"
 
@@ -144,6 +145,11 @@ Result<std::unique_ptr<TpRunner>> TpRunner::Create(const ModelConfig& config, co
     CudaModelOptions o = opts.model;
     if (opts.pipeline) {
       o.pp.comm = &w.Comm(r);
+      if (!o.kv_cache.layers.empty()) {  // the stage's layers of the whole model's policy
+        const Range lr = Split(config.num_hidden_layers, n, r);
+        o.kv_cache.layers.assign(opts.model.kv_cache.layers.begin() + lr.begin,
+                                 opts.model.kv_cache.layers.begin() + lr.end);
+      }
       return o;
     }
     o.tp.comm = &w.Comm(r);

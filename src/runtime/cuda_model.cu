@@ -527,8 +527,9 @@ struct CudaModel::Impl {
 
   // Pools.
   struct AttnCache {
-    float* latent = nullptr;
-    float* krot = nullptr;
+    KvDtype kv = KvDtype::kF32;  // latent / krot row format (opts.kv_cache)
+    uint8_t* latent = nullptr;   // [rows, KvRowBytes(kv, R)]
+    uint8_t* krot = nullptr;     // [rows, KvRowBytes(kv, rope)]
     float* idx_k = nullptr;
     float* gamma = nullptr;
     float* pool_keys = nullptr;
@@ -557,19 +558,21 @@ struct CudaModel::Impl {
     }
     return Status::Ok();
   }
-  // Sequence transfer: every page part of every attention layer as (device base, floats per row),
-  // in host-image order (ReadPages / WritePages).
-  std::vector<std::pair<float*, int64_t>> PageParts() const {
-    std::vector<std::pair<float*, int64_t>> parts;
+  // Sequence transfer: every page part of every attention layer as (device base, bytes per row),
+  // in host-image order (ReadPages / WritePages). The latent / krot rows are in the layer's KV dtype,
+  // so both ends of a transfer must run the same policy (bytes_per_page differs otherwise).
+  std::vector<std::pair<uint8_t*, int64_t>> PageParts() const {
+    std::vector<std::pair<uint8_t*, int64_t>> parts;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       if (kda_state[l]) continue;
       const AttnCache& ac = cache[l];
-      parts.push_back({ac.latent, c.kv_lora_rank});
-      if (ac.krot) parts.push_back({ac.krot, c.qk_rope_head_dim});
+      parts.push_back({ac.latent, KvRowBytes(ac.kv, c.kv_lora_rank)});
+      if (ac.krot) parts.push_back({ac.krot, KvRowBytes(ac.kv, c.qk_rope_head_dim)});
       if (ac.idx_k) {
-        parts.push_back({ac.idx_k, c.index_head_dim});
-        parts.push_back({ac.gamma, c.index_head_dim});
-        parts.push_back({ac.pool_keys, c.index_head_dim});
+        const int64_t rb = 4 * c.index_head_dim;
+        parts.push_back({reinterpret_cast<uint8_t*>(ac.idx_k), rb});
+        parts.push_back({reinterpret_cast<uint8_t*>(ac.gamma), rb});
+        parts.push_back({reinterpret_cast<uint8_t*>(ac.pool_keys), rb});
       }
     }
     return parts;
@@ -579,9 +582,9 @@ struct CudaModel::Impl {
     const int64_t pt = opts.page_tokens;
     size_t off = 0;
     for (PageId p : pages) {
-      for (const auto& [base, dim] : PageParts()) {
-        float* dev = base + static_cast<int64_t>(p) * pt * dim;
-        const size_t bytes = static_cast<size_t>(pt * dim) * sizeof(float);
+      for (const auto& [base, row_bytes] : PageParts()) {
+        uint8_t* dev = base + static_cast<int64_t>(p) * pt * row_bytes;
+        const size_t bytes = static_cast<size_t>(pt * row_bytes);
         GYRE_CUDA_RETURN_IF_ERROR(to_host ? cudaMemcpyAsync(host + off, dev, bytes, cudaMemcpyDeviceToHost, s())
                                           : cudaMemcpyAsync(dev, host + off, bytes, cudaMemcpyHostToDevice, s()));
         off += bytes;
@@ -776,6 +779,9 @@ struct CudaModel::Impl {
   Status BuildWeights(const ModelWeights* host);
   Status BuildPools();
   Status BuildScratch();
+  KvDtype LayerKv(int64_t l) const {
+    return opts.kv_cache.layers.empty() ? KvDtype::kF32 : opts.kv_cache.layers[static_cast<size_t>(l)];
+  }
 
   // cuBLASLt's algorithm for every weight shape at every row bucket up to nmax, queried at load:
   // a first request of a new length then costs no heuristic query on its critical path
@@ -1075,9 +1081,11 @@ Status CudaModel::Impl::BuildPools() {
       GYRE_ASSIGN_OR_RETURN(kda_conv[l], AllocN<float>(opts.max_seqs * (W - 1) * 3 * P, &stats.state_bytes));
     } else {
       AttnCache& ac = cache[l];
-      GYRE_ASSIGN_OR_RETURN(ac.latent, AllocN<float>(rows * c.kv_lora_rank, &stats.kv_bytes));
+      ac.kv = LayerKv(l);
+      GYRE_ASSIGN_OR_RETURN(ac.latent, AllocN<uint8_t>(rows * KvRowBytes(ac.kv, c.kv_lora_rank), &stats.kv_bytes));
       if (c.qk_rope_head_dim > 0) {
-        GYRE_ASSIGN_OR_RETURN(ac.krot, AllocN<float>(rows * c.qk_rope_head_dim, &stats.kv_bytes));
+        GYRE_ASSIGN_OR_RETURN(ac.krot,
+                              AllocN<uint8_t>(rows * KvRowBytes(ac.kv, c.qk_rope_head_dim), &stats.kv_bytes));
       }
       if (L.has_indexer) {
         const int64_t di = c.index_head_dim;
@@ -1332,8 +1340,8 @@ Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li
   }
   GYRE_RETURN_IF_ERROR(cuda::RmsNorm(pa + L.ma_kv, N, R, Wa, L.kv_a_norm, c.kva_norm_eps, latent, R, s()));
   GYRE_RETURN_IF_ERROR(Sec("mla.cache_write"));
-  GYRE_RETURN_IF_ERROR(cuda::CacheWrite(latent, R, R, d.pb, ac.latent, s()));
-  if (rope > 0) GYRE_RETURN_IF_ERROR(cuda::CacheWrite(pa + L.ma_kv + R, Wa, rope, d.pb, ac.krot, s()));
+  GYRE_RETURN_IF_ERROR(cuda::CacheWriteKv(latent, R, R, d.pb, ac.latent, ac.kv, s()));
+  if (rope > 0) GYRE_RETURN_IF_ERROR(cuda::CacheWriteKv(pa + L.ma_kv + R, Wa, rope, d.pb, ac.krot, ac.kv, s()));
   const int32_t* sl = nullptr;
   const int32_t* sc = nullptr;
   if (dsa && L.has_indexer) {
@@ -1366,7 +1374,7 @@ Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li
   GYRE_RETURN_IF_ERROR(Sec("mla.attention"));
   cuda::MlaDims md{Hh, c.qk_nope_head_dim, rope, c.v_head_dim, R,
                    1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()))};
-  GYRE_RETURN_IF_ERROR(cuda::MlaAttention(q, ac.latent, ac.krot, L.kv_b, md, d.pb, sl, sc, sel_cap, attn, mla_ws.get(),
+  GYRE_RETURN_IF_ERROR(cuda::MlaAttentionKv(q, ac.latent, ac.krot, ac.kv, L.kv_b, md, d.pb, sl, sc, sel_cap, attn, mla_ws.get(),
                                           mla_ws.bytes(), s()));
   GYRE_RETURN_IF_ERROR(Sec("mla.out"));
   GYRE_RETURN_IF_ERROR(Linear(attn, N, L.mla_o, out));
@@ -1646,6 +1654,15 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     return Status::InvalidArgument("cuda model: gpu_memory_utilization must be in (0, 1]");
   if (opts.reserve_fraction < 0 || opts.reserve_fraction >= 1)
     return Status::InvalidArgument("cuda model: reserve_fraction must be in [0, 1)");
+  if (!opts.kv_cache.layers.empty()) {
+    if (static_cast<int64_t>(opts.kv_cache.layers.size()) != config.num_hidden_layers)
+      return Status::InvalidArgument("cuda model: the kv cache policy has " +
+                                     std::to_string(opts.kv_cache.layers.size()) + " layers, the model " +
+                                     std::to_string(config.num_hidden_layers));
+    for (KvDtype d : opts.kv_cache.layers)
+      if (static_cast<int>(d) < 0 || static_cast<int>(d) > static_cast<int>(KvDtype::kInt8))
+        return Status::InvalidArgument("cuda model: unknown kv cache dtype in the policy");
+  }
   auto impl = std::make_unique<CudaModel::Impl>();
   impl->c = config;
   impl->opts = opts;
@@ -1683,7 +1700,8 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
         const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, W = c.linear_conv_kernel_dim;
         state_per_slot += (Hh * K * K + (W - 1) * 3 * Hh * K) * 4;
       } else {
-        row_bytes += (c.kv_lora_rank + std::max<int64_t>(c.qk_rope_head_dim, 0)) * 4;
+        const KvDtype kv = impl->LayerKv(l);
+        row_bytes += KvRowBytes(kv, c.kv_lora_rank) + (c.qk_rope_head_dim > 0 ? KvRowBytes(kv, c.qk_rope_head_dim) : 0);
         if (impl->w.layers[l].has_indexer) row_bytes += 3 * c.index_head_dim * 4;
       }
     }

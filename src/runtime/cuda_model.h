@@ -34,6 +34,7 @@
 #include "core/status.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "quant/kv_cache.h"
 #include "runtime/model_runner.h"
 
 namespace gyre {
@@ -94,6 +95,10 @@ struct CudaModelOptions {
   uint64_t seed = 0;                 // random weights
   bool decode_graphs = true;         // CUDA graphs for decode-only steps
   bool profile_layers = false;       // time every layer of each step with CUDA events (eager steps)
+  // Storage dtype of each attention layer's latent / k_rot cache rows (quant/kv_cache.h); empty:
+  // every layer fp32. Otherwise one entry per layer of the config (KDA entries ignored). The page
+  // pool's bytes per token, the gpu_memory_utilization sizing and the transfer images follow it.
+  KvCachePolicy kv_cache;
   CudaTpOptions tp;                  // tensor parallelism (default: none)
   CudaPpOptions pp;                  // layer split (default: none); not together with tp
 };

@@ -30,6 +30,7 @@
 #include "ops/basic.h"
 #include "ops/sampling.h"
 #include "runtime/cuda_model.h"
+#include "runtime/gpu_fixture_for_tests.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
 #include "runtime/parity.h"
@@ -37,21 +38,8 @@
 namespace gyre {
 namespace {
 
-// The fixture under the working directory when there (a packed binary run from another checkout's
-// root, as scripts/gpu_check.sh does), else under the source tree it was built from.
-const std::string kDir = std::filesystem::exists("tests/fixtures/glm5_mini/config.json")
-                             ? std::string("tests/fixtures/glm5_mini")
-                             : std::string(GYRE_SOURCE_DIR) + "/tests/fixtures/glm5_mini";
-
-std::vector<int32_t> GoldenIds(size_t n) {
-  auto f = SafetensorsFile::Open(kDir + "/golden_long.safetensors");
-  EXPECT_TRUE(f.ok());
-  std::vector<int32_t> ids;
-  if (!f.ok()) return ids;
-  for (float v : TensorToF32((*f)->tensors().at("input_ids"))) ids.push_back(static_cast<int32_t>(v));
-  ids.resize(std::min(ids.size(), n));
-  return ids;
-}
+const std::string kDir = Glm5MiniDir();
+std::vector<int32_t> GoldenIds(size_t n) { return gyre::GoldenIds(kDir, n); }
 
 std::vector<float> CpuLogits(const Model& m, std::span<const int32_t> ids) {
   SequenceState st = m.NewSequence();
@@ -70,15 +58,7 @@ Result<std::vector<float>> GpuLogits(RunnerSession& gpu, std::span<const int32_t
   return got;
 }
 
-CudaModelOptions Options(bool bf16) {
-  CudaModelOptions o;
-  o.bf16_weights = bf16;
-  o.max_seqs = 4;
-  o.max_batch_tokens = 128;
-  o.kv_tokens = 1024;
-  o.page_tokens = 16;
-  return o;
-}
+CudaModelOptions Options(bool bf16) { return SmallCudaOptions(bf16); }
 
 class QuantCudaParity : public ::testing::TestWithParam<QuantScheme> {};
 

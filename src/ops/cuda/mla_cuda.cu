@@ -128,6 +128,23 @@ Status CacheWrite(const float* src, int64_t ld_src, int64_t width, const PagedBa
   return Status::Ok();
 }
 
+Status CacheWriteKv(const float* src, int64_t ld_src, int64_t width, const PagedBatch& b, void* cache, KvDtype kv,
+                    cudaStream_t stream) {
+  if (kv == KvDtype::kF32) return CacheWrite(src, ld_src, width, b, static_cast<float*>(cache), stream);
+  GYRE_RETURN_IF_ERROR(CheckBatch(b, "cache_write"));
+  if (width < 1 || ld_src < width || width % 4 != 0)
+    return Status::InvalidArgument("cache_write: need width >= 1, a multiple of 4, and ld_src >= width");
+  if (static_cast<int>(kv) < 0 || static_cast<int>(kv) > static_cast<int>(KvDtype::kInt8))
+    return Status::InvalidArgument("cache_write: unknown kv cache dtype");
+  if (b.num_tokens == 0) return Status::Ok();
+  if (!src || !cache) return Status::InvalidArgument("cache_write: null pointer");
+  if (!Aligned16(cache)) return Status::InvalidArgument("cache_write: the cache must be 16-byte aligned");
+  const internal::CacheWriteKvArgs a{src, ld_src, width, b.num_tokens, Rows(b), static_cast<uint8_t*>(cache),
+                                     KvRowBytes(kv, width), KvScaleOffset(width), static_cast<int>(kv)};
+  GYRE_CUDA_RETURN_IF_ERROR(internal::LaunchCacheWriteKv(a, stream));
+  return Status::Ok();
+}
+
 Status IndexerPoolKeys(const float* idx_k, const float* gamma, const float* ape, int64_t m, int64_t di,
                        const PagedBatch& b, float* pool_keys, cudaStream_t stream) {
   return internal::IndexerPoolKeysWith(idx_k, gamma, ape, m, di, b, pool_keys, false, stream);
@@ -335,6 +352,13 @@ Status MlaAttention(const float* q, const float* latent, const float* krot, cons
                                     workspace_bytes, internal::MlaOptions{}, stream);
 }
 
+Status MlaAttentionKv(const float* q, const void* latent, const void* krot, KvDtype kv, const DMat& kv_b,
+                      const MlaDims& d, const PagedBatch& b, const int32_t* sel, const int32_t* sel_count,
+                      int64_t sel_cap, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return internal::MlaAttentionKvWith(q, latent, krot, kv, kv_b, d, b, sel, sel_count, sel_cap, out, workspace,
+                                      workspace_bytes, internal::MlaOptions{}, stream);
+}
+
 namespace internal {
 
 bool MlaUsesTensorCores(const MlaDims& d, bool kv_b_bf16, const MlaOptions& o) {
@@ -346,7 +370,17 @@ Status MlaAttentionWith(const float* q, const float* latent, const float* krot, 
                         const PagedBatch& b, const int32_t* sel, const int32_t* sel_count, int64_t sel_cap,
                         float* out, void* workspace, size_t workspace_bytes, const MlaOptions& o,
                         cudaStream_t stream) {
+  return MlaAttentionKvWith(q, latent, krot, KvDtype::kF32, kv_b, d, b, sel, sel_count, sel_cap, out, workspace,
+                            workspace_bytes, o, stream);
+}
+
+Status MlaAttentionKvWith(const float* q, const void* latent, const void* krot, KvDtype kv, const DMat& kv_b,
+                          const MlaDims& d, const PagedBatch& b, const int32_t* sel, const int32_t* sel_count,
+                          int64_t sel_cap, float* out, void* workspace, size_t workspace_bytes, const MlaOptions& o,
+                          cudaStream_t stream) {
   GYRE_RETURN_IF_ERROR(CheckMlaDims(d));
+  if (static_cast<int>(kv) < 0 || static_cast<int>(kv) > static_cast<int>(KvDtype::kInt8))
+    return Status::InvalidArgument("mla.attention: unknown kv cache dtype");
   GYRE_RETURN_IF_ERROR(CheckBatch(b, "mla.attention"));
   const int64_t H = d.num_heads, R = d.kv_lora, blk = d.nope + d.v, qd = d.nope + d.rope;
   if (kv_b.rows != H * blk || kv_b.cols != R)
@@ -390,8 +424,11 @@ Status MlaAttentionWith(const float* q, const float* latent, const float* krot, 
   MlaAttnArgs at{};
   at.q_lat = q_lat;
   at.q = q;
-  at.latent = latent;
-  at.krot = krot;
+  at.latent = static_cast<const char*>(latent);
+  at.krot = static_cast<const char*>(krot);
+  at.kv_dtype = static_cast<int>(kv);
+  at.lat_row_bytes = KvRowBytes(kv, R);
+  at.rot_row_bytes = KvRowBytes(kv, d.rope);
   at.sel = sel;
   at.sel_count = sel_count;
   at.sel_cap = sel_cap;

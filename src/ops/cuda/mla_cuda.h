@@ -2,9 +2,10 @@
 // (docs/model-glm5-next.md §5, docs/model-kda-kimi-linear.md §2.4). Each function computes
 // exactly the function of the CPU op named beside it (src/ops/attention.h), in fp32.
 //
-// Cache layout. Each attention layer owns separate row tensors (fp32, one row per token slot):
+// Cache layout. Each attention layer owns separate row tensors (one row per token slot):
 // latent [rows, R], k_rot [rows, rope] (kimi only), indexer key k_I [rows, di], pool gate γ
-// [rows, di] and pooled keys [rows, di]. Token j of batch row b lives at physical row
+// [rows, di] and pooled keys [rows, di]. The indexer's rows are fp32; latent and k_rot are fp32 or,
+// through CacheWriteKv / MlaAttentionKv, bf16 / fp8 / int8 rows (quant/kv_cache.h). Token j of batch row b lives at physical row
 //   block_table[b * max_pages + j / page_tokens] * page_tokens + j % page_tokens.
 // The pooled key K̄_p of pool p (tokens [p·m, p·m + m)) is stored in the pooled-key tensor at the
 // row of token p·m + m − 1 (the pool's last token), so pooled keys are paged like everything else.
@@ -25,6 +26,7 @@
 
 #include "core/status.h"
 #include "ops/cuda/dmat.h"
+#include "quant/kv_cache.h"
 
 namespace gyre::cuda {
 
@@ -40,6 +42,12 @@ struct PagedBatch {
 // physical row of (tok_seq[i], tok_pos[i]).
 Status CacheWrite(const float* src, int64_t ld_src, int64_t width, const PagedBatch& b, float* cache,
                   cudaStream_t stream);
+
+// CacheWrite into a cache stored in `kv` (rows of KvRowBytes(kv, width) bytes, quant/kv_cache.h):
+// each row is encoded as KvEncodeRow does it, bit for bit (bf16 round-to-nearest-even; fp8 / int8
+// with the row's own fp32 scale). REQUIRES: width % 4 == 0, cache 16-byte aligned.
+Status CacheWriteKv(const float* src, int64_t ld_src, int64_t width, const PagedBatch& b, void* cache, KvDtype kv,
+                    cudaStream_t stream);
 
 // ops::PoolKey for every pool completed by this step's tokens: for each token i with
 // (tok_pos[i] + 1) % m == 0, pool p = (tok_pos[i] + 1)/m − 1 is reduced from the k_I and γ rows
@@ -89,5 +97,13 @@ size_t MlaWorkspaceBytes(const MlaDims& d, int64_t num_tokens, int64_t max_conte
 Status MlaAttention(const float* q, const float* latent, const float* krot, const DMat& kv_b, const MlaDims& d,
                     const PagedBatch& b, const int32_t* sel, const int32_t* sel_count, int64_t sel_cap, float* out,
                     void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// MlaAttention over latent / krot rows stored in `kv` (CacheWriteKv's rows). Each loaded row is
+// decoded to exactly the fp32 values KvDecodeRow gives, then used as the fp32 path (FFMA kernels)
+// or the bf16 path (rounded to bf16 on load) uses a cache row: the result equals MlaAttention on an
+// fp32 cache that holds the decoded values, bit for bit. kv == kF32 is MlaAttention.
+Status MlaAttentionKv(const float* q, const void* latent, const void* krot, KvDtype kv, const DMat& kv_b,
+                      const MlaDims& d, const PagedBatch& b, const int32_t* sel, const int32_t* sel_count,
+                      int64_t sel_cap, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace gyre::cuda

@@ -158,17 +158,21 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
   GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, a.t, s));
   const MlaDims d{H, a.nope, a.rope, vd, L, a.scale};
   // One run with fresh NaN-poisoned workspace and output; checks the padding token's zero output.
-  auto run = [&](const DMat& kvb, const internal::MlaOptions& o) -> Result<std::vector<float>> {
+  auto run_on = [&](const void* lat, const void* rot, KvDtype kv, const DMat& kvb,
+                    const internal::MlaOptions& o) -> Result<std::vector<float>> {
     GYRE_ASSIGN_OR_RETURN(DeviceBuffer ws, Poisoned(MlaWorkspaceBytes(d, n, a.t), s));
     GYRE_ASSIGN_OR_RETURN(DeviceBuffer dout, Poisoned(sizeof(float) * n * H * vd, s));
-    GYRE_RETURN_IF_ERROR(internal::MlaAttentionWith(
-        dq.get<float>(), latent.get<float>(), a.rope > 0 ? krot.get<float>() : nullptr, kvb, d, db.b,
+    GYRE_RETURN_IF_ERROR(internal::MlaAttentionKvWith(
+        dq.get<float>(), lat, a.rope > 0 ? rot : nullptr, kv, kvb, d, db.b,
         a.sel_offsets ? dsel.get<int32_t>() : nullptr, a.sel_offsets ? dcnt.get<int32_t>() : nullptr, cap,
         dout.get<float>(), ws.get(), ws.bytes(), o, s));
     GYRE_ASSIGN_OR_RETURN(std::vector<float> y, Download<float>(dout, n * H * vd, s));
     for (int64_t x = 0; x < H * vd; ++x)
       if (y[x] != 0.0f) return Status::Internal("mla host: the padding token's output is not zero");
     return y;
+  };
+  auto run = [&](const DMat& kvb, const internal::MlaOptions& o) {
+    return run_on(latent.get(), krot.get(), KvDtype::kF32, kvb, o);
   };
   const DMat kvb{dkvb.get(), H * (a.nope + vd), L, false};
   GYRE_ASSIGN_OR_RETURN(std::vector<float> o, run(kvb, {}));
@@ -189,6 +193,42 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
     if (const double e = RelL2(tc, exact); !(e <= 1e-2))
       return Status::Internal("mla host: bf16 tensor-core path (skinny_max_tokens " + std::to_string(skinny) +
                               ") differs from the fp32 path by rel-L2 " + std::to_string(e));
+  }
+  // KV cache dtypes (quant/kv_cache.h): the rows written by CacheWriteKv must be KvEncodeRow's bytes,
+  // and attention over them must equal, bit for bit, attention over an fp32 cache holding the decoded
+  // values (KvDecodeRow), on the fp32 path and on the bf16 tensor-core path.
+  for (const KvDtype kv : {KvDtype::kBf16, KvDtype::kFp8, KvDtype::kInt8}) {
+    const std::string name = std::string("mla host: kv cache ") + KvDtypeName(kv) + ": ";
+    auto part = [&](const float* rows, int64_t width, DeviceBuffer* quant, DeviceBuffer* decoded) -> Status {
+      const int64_t rb = KvRowBytes(kv, width);
+      GYRE_ASSIGN_OR_RETURN(*quant, Poisoned(static_cast<size_t>(pg.rows() * rb), s));
+      GYRE_ASSIGN_OR_RETURN(DeviceBuffer src, Upload(rows, sizeof(float) * a.t * width, s));
+      GYRE_ASSIGN_OR_RETURN(DeviceBatch wb, MakeBatch(pg, std::vector<int32_t>(a.t, kSeq), Iota(a.t), a.t, s));
+      GYRE_RETURN_IF_ERROR(CacheWriteKv(src.get<float>(), width, width, wb.b, quant->get(), kv, s));
+      GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> got, Download<uint8_t>(*quant, pg.rows() * rb, s));
+      std::vector<uint8_t> want(rb);
+      std::vector<float> dec(a.t * width);
+      for (int64_t p = 0; p < a.t; ++p) {
+        KvEncodeRow(kv, std::span<const float>(rows + p * width, width), want.data());
+        if (std::memcmp(want.data(), got.data() + pg.Row(kSeq, p) * rb, rb) != 0)
+          return Status::Internal(name + "CacheWriteKv's row of position " + std::to_string(p) + " (width " +
+                                  std::to_string(width) + ") differs from KvEncodeRow's bytes");
+        KvDecodeRow(kv, want.data(), std::span<float>(dec.data() + p * width, width));
+      }
+      GYRE_ASSIGN_OR_RETURN(*decoded, Poisoned(sizeof(float) * pg.rows() * width, s));
+      return WriteRows(dec.data(), width, Iota(a.t), pg, decoded->get<float>(), s);
+    };
+    DeviceBuffer qlat, dlat, qrot, drot;
+    GYRE_RETURN_IF_ERROR(part(a.latent, L, &qlat, &dlat));
+    if (a.rope > 0) GYRE_RETURN_IF_ERROR(part(a.krot, a.rope, &qrot, &drot));
+    for (const DMat* w : {&kvb, &kvb_bf16}) {
+      GYRE_ASSIGN_OR_RETURN(std::vector<float> on_q, run_on(qlat.get(), qrot.get(), kv, *w, {}));
+      GYRE_ASSIGN_OR_RETURN(std::vector<float> on_d, run_on(dlat.get(), drot.get(), KvDtype::kF32, *w, {}));
+      if (std::memcmp(on_q.data(), on_d.data(), on_q.size() * sizeof(float)) != 0)
+        return Status::Internal(name + "attention over the quantized rows differs from attention over their decoded "
+                                "fp32 values (" + (w->bf16 ? "bf16 tensor-core path" : "fp32 path") +
+                                "), rel-L2 " + std::to_string(RelL2(on_q, on_d)));
+    }
   }
   std::copy(o.begin() + H * vd, o.end(), out);
   return Status::Ok();

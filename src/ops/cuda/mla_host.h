@@ -34,7 +34,9 @@ struct MlaHostArgs {
 // ops::MlaAttention on the GPU; out [s, H·v]. Also runs the other kernels on the same inputs and
 // returns Internal when they disagree: the first version (fp32, rel-L2 <= 1e-5 to the default), and
 // with kv_b rounded to bf16 the bf16 tensor-core path (skinny and tensor-core head GEMMs) against the
-// exact fp32 path on those weights (rel-L2 <= 1e-2: bf16 operands).
+// exact fp32 path on those weights (rel-L2 <= 1e-2: bf16 operands). And for each KV cache dtype
+// (bf16, fp8, int8; quant/kv_cache.h): CacheWriteKv's rows must be KvEncodeRow's bytes, and attention
+// over them (fp32 kv_b and bf16 kv_b) must equal attention over the decoded fp32 rows bit for bit.
 Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out);
 
 // ops::PoolKey of one pool on the GPU, through IndexerPoolKeys over a step that writes the pool's m

@@ -102,6 +102,17 @@ struct CacheWriteArgs {
   float* cache;
 };
 
+// CacheWriteKv: src rows → cache rows of row_bytes in the KvDtype kv_dtype (bf16 / fp8 / int8; fp32
+// goes through CacheWriteArgs). fp8 / int8 rows end with their fp32 scale at scale_off.
+struct CacheWriteKvArgs {
+  const float* src;
+  int64_t ld_src, width, num_tokens;
+  TokenRows rows;
+  uint8_t* cache;
+  int64_t row_bytes, scale_off;
+  int kv_dtype;
+};
+
 constexpr int kMaxCacheWriteItems = 4;
 struct CacheWriteMultiArgs {
   CacheWriteItem items[kMaxCacheWriteItems];
@@ -191,8 +202,10 @@ struct HeadGemmArgs {
 struct MlaAttnArgs {
   const float* q_lat;    // [T, H, R]
   const float* q;        // [T, H, qd] (rope part at column nope)
-  const float* latent;   // [rows, R]
-  const float* krot;     // [rows, rope]
+  const char* latent;    // [rows, lat_row_bytes]: R values of kv_dtype (quant/kv_cache.h row format)
+  const char* krot;      // [rows, rot_row_bytes]: rope values of kv_dtype
+  int64_t lat_row_bytes, rot_row_bytes;
+  int kv_dtype;          // KvDtype
   const int32_t* sel;    // [T, sel_cap] or null (causal)
   const int32_t* sel_count;
   int64_t sel_cap;
@@ -229,6 +242,7 @@ inline cudaError_t AllowMaxDynamicSmem(const void* func) {
 
 cudaError_t LaunchCacheWrite(const CacheWriteArgs& a, cudaStream_t s);
 cudaError_t LaunchCacheWriteMulti(const CacheWriteMultiArgs& a, cudaStream_t s);
+cudaError_t LaunchCacheWriteKv(const CacheWriteKvArgs& a, cudaStream_t s);
 // legacy: the first version (per-channel row loads from global memory); else rows staged in shared
 // memory (falls back to the first version when 8·m·di bytes exceed 48 KiB).
 cudaError_t LaunchPoolKeys(const PoolKeyArgs& a, bool legacy, cudaStream_t s);
@@ -293,5 +307,10 @@ Status MlaAttentionWith(const float* q, const float* latent, const float* krot, 
                         const PagedBatch& b, const int32_t* sel, const int32_t* sel_count, int64_t sel_cap,
                         float* out, void* workspace, size_t workspace_bytes, const MlaOptions& o,
                         cudaStream_t stream);
+// MlaAttentionWith over a cache stored in `kv` (latent and krot rows as quant/kv_cache.h lays them out).
+Status MlaAttentionKvWith(const float* q, const void* latent, const void* krot, KvDtype kv, const DMat& kv_b,
+                          const MlaDims& d, const PagedBatch& b, const int32_t* sel, const int32_t* sel_count,
+                          int64_t sel_cap, float* out, void* workspace, size_t workspace_bytes, const MlaOptions& o,
+                          cudaStream_t stream);
 
 }  // namespace gyre::cuda::internal

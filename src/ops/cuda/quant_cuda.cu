@@ -6,42 +6,19 @@
 #include <string>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/quant_codes.cuh"
 
 namespace gyre::cuda {
 namespace {
+
+using internal::EncodeE4M3;
+using internal::EncodeInt8;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// ---- encoders ------------------------------------------------------------------------------------
-
-// quant/fp8.cc's saturating encoder, operation for operation: RNE, ±inf and values past 448 → ±448,
-// NaN → NaN with its sign, -0 → 0x80.
-__device__ __forceinline__ uint8_t EncodeE4M3(float f) {
-  const uint32_t u = __float_as_uint(f);
-  const uint32_t sign = (u >> 24) & 0x80u;
-  const uint32_t abs_bits = u & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
-  if (abs_bits == 0x7f800000u) return static_cast<uint8_t>(sign | 0x7eu);
-  const float a = __uint_as_float(abs_bits);
-  uint32_t code;
-  if (a < 0.015625f) {
-    code = static_cast<uint32_t>(rintf(a * 512.0f));  // exact product; rintf: half to even
-  } else {
-    const uint32_t exp = (abs_bits >> 23) - 127 + 7;
-    const uint32_t mant = abs_bits & 0x7fffffu;
-    code = (exp << 3) | (mant >> 20);
-    const uint32_t rest = mant & 0xfffffu;
-    if (rest > 0x80000u || (rest == 0x80000u && (code & 1u))) ++code;
-  }
-  if (code > 0x7eu) code = 0x7eu;
-  return static_cast<uint8_t>(sign | code);
-}
-
-__device__ __forceinline__ int8_t EncodeInt8(float v) {
-  return static_cast<int8_t>(fminf(fmaxf(rintf(v), -127.0f), 127.0f));
-}
+// ---- encoders (quant_codes.cuh) and element helpers ----------------------------------------------
 
 // ops::SwiGlu's element: round(silu(min(g, limit))) · clamp(u, ±limit) (no clamp when limit <= 0).
 __device__ __forceinline__ float SwiGluAt(float g, float u, float limit) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "ops/cuda/mla_kernels.h"
+#include "ops/cuda/quant_codes.cuh"
 
 namespace gyre::cuda::internal {
 namespace {
@@ -46,6 +47,24 @@ __device__ __forceinline__ float RoundBf16(float x) { return __bfloat162float(__
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Columns col .. col + 3 (col % 4 == 0) of a cache row of `width` values stored as KvDtype `dt`
+// (quant/kv_cache.h), decoded to exactly the fp32 values of KvDecodeRow.
+__device__ __forceinline__ float4 LoadKv4(const char* row, int col, int width, int dt) {
+  if (dt == static_cast<int>(KvDtype::kF32)) return __ldg(reinterpret_cast<const float4*>(row + 4 * col));
+  if (dt == static_cast<int>(KvDtype::kBf16)) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(row + 2 * col));
+    return make_float4(Bf16ToFloat(static_cast<uint16_t>(u.x & 0xffffu)), Bf16ToFloat(static_cast<uint16_t>(u.x >> 16)),
+                       Bf16ToFloat(static_cast<uint16_t>(u.y & 0xffffu)), Bf16ToFloat(static_cast<uint16_t>(u.y >> 16)));
+  }
+  const uint32_t u = __ldg(reinterpret_cast<const unsigned*>(row + col));
+  const float s = __ldg(reinterpret_cast<const float*>(row + ((width + 15) & ~15)));
+  if (dt == static_cast<int>(KvDtype::kFp8))
+    return make_float4(__fmul_rn(DecodeE4M3(u & 0xffu), s), __fmul_rn(DecodeE4M3((u >> 8) & 0xffu), s),
+                       __fmul_rn(DecodeE4M3((u >> 16) & 0xffu), s), __fmul_rn(DecodeE4M3(u >> 24), s));
+  auto i8 = [](uint32_t b) { return static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(b))); };
+  return make_float4(__fmul_rn(i8(u), s), __fmul_rn(i8(u >> 8), s), __fmul_rn(i8(u >> 16), s), __fmul_rn(i8(u >> 24), s));
 }
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
@@ -570,16 +589,28 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attn_kernel(const __grid_c
   };
   auto issue = [&](int buf) {
     const int rq = R / 4, kq = qk / 4;
-    for (int e = tid; e < kMlaKeys * kq; e += kMlaThreads) {
-      const int k = e / kq, c4 = e - k * kq;
-      const int64_t r = rows[buf * kMlaKeys + k];
-      const float* src = a.latent;
-      int bytes = 0;
-      if (r >= 0) {
-        bytes = 16;
-        src = c4 < rq ? a.latent + r * R + 4 * c4 : a.krot + r * a.rope + 4 * (c4 - rq);
+    if (a.kv_dtype == static_cast<int>(KvDtype::kF32)) {
+      for (int e = tid; e < kMlaKeys * kq; e += kMlaThreads) {
+        const int k = e / kq, c4 = e - k * kq;
+        const int64_t r = rows[buf * kMlaKeys + k];
+        const char* src = a.latent;
+        int bytes = 0;
+        if (r >= 0) {
+          bytes = 16;
+          src = c4 < rq ? a.latent + r * a.lat_row_bytes + 16 * c4 : a.krot + r * a.rot_row_bytes + 16 * (c4 - rq);
+        }
+        CpAsync16(Cs + (buf * kMlaKeys + k) * ks + 4 * c4, src, bytes);
       }
-      CpAsync16(Cs + (buf * kMlaKeys + k) * ks + 4 * c4, src, bytes);
+    } else {  // 8- or 16-bit rows: decoded by the loading thread (plain loads, no cp.async)
+      for (int e = tid; e < kMlaKeys * kq; e += kMlaThreads) {
+        const int k = e / kq, c4 = e - k * kq;
+        const int64_t r = rows[buf * kMlaKeys + k];
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r >= 0)
+          v = c4 < rq ? LoadKv4(a.latent + r * a.lat_row_bytes, 4 * c4, R, a.kv_dtype)
+                      : LoadKv4(a.krot + r * a.rot_row_bytes, 4 * (c4 - rq), a.rope, a.kv_dtype);
+        *reinterpret_cast<float4*>(Cs + (buf * kMlaKeys + k) * ks + 4 * c4) = v;
+      }
     }
     CpAsyncCommit();
   };
@@ -832,10 +863,9 @@ __global__ void __launch_bounds__(kTcThreads, 1) mla_attn_tc_kernel(const __grid
           v[x] = make_float4(0, 0, 0, 0);
           if (f0 + 32 * x < total) {
             const int64_t row = rows_b[pw + kTcProducerWarps * wk];
-            if (row >= 0 && wc < qk4) {
-              const float* src = wc < rq ? a.latent + row * R + 4 * wc : a.krot + row * a.rope + 4 * (wc - rq);
-              v[x] = __ldg(reinterpret_cast<const float4*>(src));
-            }
+            if (row >= 0 && wc < qk4)
+              v[x] = wc < rq ? LoadKv4(a.latent + row * a.lat_row_bytes, 4 * wc, R, a.kv_dtype)
+                             : LoadKv4(a.krot + row * a.rot_row_bytes, 4 * (wc - rq), a.rope, a.kv_dtype);
           }
           wc += 32;
           while (wc >= upk) wc -= upk, ++wk;

@@ -5,11 +5,13 @@
 // compaction); select, first version (one block per token); sliced select; launchers. The first
 // versions of the pooled-key, score and select kernels stay for the bench's before/after and the
 // verify path's cross-checks (mla_kernels.h "variants").
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "ops/cuda/mla_kernels.h"
+#include "ops/cuda/quant_codes.cuh"
 
 namespace gyre::cuda::internal {
 namespace {
@@ -27,6 +29,42 @@ __global__ void __launch_bounds__(128) cache_write_kernel(const __grid_constant_
   const float* src = a.src + i * a.ld_src;
   float* dst = a.cache + row * a.width;
   for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x) dst[c] = src[c];
+}
+
+// One block per token (128 threads): encodes its `width` floats into the token's cache row as
+// quant/kv_cache.h KvEncodeRow does (bf16 RNE; fp8 / int8 with the row's amax scale, quotients
+// __fdiv_rn as the CPU's fp32 division), padding bytes zeroed.
+__global__ void __launch_bounds__(128) cache_write_kv_kernel(const __grid_constant__ CacheWriteKvArgs a) {
+  const int64_t i = blockIdx.x;
+  const int seq = a.rows.tok_seq[i];
+  if (seq < 0) return;
+  const int64_t row = a.rows.Row(seq, a.rows.tok_pos[i]);
+  const float* src = a.src + i * a.ld_src;
+  uint8_t* dst = a.cache + row * a.row_bytes;
+  if (a.kv_dtype == static_cast<int>(KvDtype::kBf16)) {
+    auto* d16 = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t c = threadIdx.x; c < a.row_bytes / 2; c += blockDim.x)
+      d16[c] = c < a.width ? __bfloat16_as_ushort(__float2bfloat16_rn(src[c])) : 0;
+    return;
+  }
+  __shared__ float warp_max[4];
+  float amax = 0.0f;
+  for (int64_t c = threadIdx.x; c < a.width; c += blockDim.x) amax = fmaxf(amax, fabsf(src[c]));
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = fmaxf(fmaxf(warp_max[0], warp_max[1]), fmaxf(warp_max[2], warp_max[3]));
+  const bool fp8 = a.kv_dtype == static_cast<int>(KvDtype::kFp8);
+  const float s = fp8 ? __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f) : __fdiv_rn(fmaxf(amax, 1e-8f), 127.0f);
+  for (int64_t c = threadIdx.x; c < a.row_bytes; c += blockDim.x) {
+    uint8_t v = 0;
+    if (c < a.width) {
+      const float q = __fdiv_rn(src[c], s);
+      v = fp8 ? EncodeE4M3(q) : static_cast<uint8_t>(EncodeInt8(q));
+    }
+    if (c < a.scale_off || c >= a.scale_off + 4) dst[c] = v;
+  }
+  if (threadIdx.x == 0) *reinterpret_cast<float*>(dst + a.scale_off) = s;
 }
 
 // One block per token: copies the token's row of each item (up to kMaxCacheWriteItems).
@@ -601,6 +639,11 @@ int NumSms() {
 
 cudaError_t LaunchCacheWrite(const CacheWriteArgs& a, cudaStream_t s) {
   cache_write_kernel<<<static_cast<unsigned>(a.num_tokens), 128, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCacheWriteKv(const CacheWriteKvArgs& a, cudaStream_t s) {
+  cache_write_kv_kernel<<<static_cast<unsigned>(a.num_tokens), 128, 0, s>>>(a);
   return cudaGetLastError();
 }
 
