@@ -227,6 +227,17 @@ if has_step kvcache; then
       echo "-- --kv-cache-dtype $kv"; tail -4 "$OUT/kvcache/bench_model_$kv.err"
     done
     tools/gpu/kv_bench_table.py "$OUT/kvcache" || true
+    # The mixed policy from data (glm5_mini's 2 attention layers), then perplexity per policy.
+    FX=tests/fixtures/glm5_mini
+    timeout 300 "$GYRE" kv-policy-search --model $FX --text $FX/heldout_eval.txt --max-tokens 512 \
+      --out "$OUT/kvcache/policy.json" --report "$OUT/kvcache/policy_search.json" || status=1
+    for p in fp32 bf16 int8 fp8 policy; do
+      flag="--kv-cache-dtype $p"; [[ $p == policy ]] && flag="--kv-cache-policy $OUT/kvcache/policy.json"
+      timeout 300 "$GYRE" eval --backend cuda --model $FX --text $FX/heldout_eval.txt --ctx 1024 --max-tokens 8192 \
+        $flag --json > "$OUT/kvcache/eval_$p.json" || status=1
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('eval', sys.argv[2], {k: r[k] for k in r if k in ('perplexity','tokens_scored','mean_nll')})" \
+        "$OUT/kvcache/eval_$p.json" $p || true
+    done
   else
     echo "== no packed test_kv_cache_gpu / gyre: kvcache step skipped"; status=1
   fi
