@@ -48,8 +48,10 @@ int64_t GemmBytes(int64_t elems, WeightDtype d, int64_t hidden) {
 
 // Cache bytes per token of one attention layer, as the CUDA model stores it (quant/kv_cache.h): the
 // latent and k_rot rows in the cache dtype (bf16 / fp8 / int8 rows padded to 16 bytes, the 8-bit
-// ones with an fp32 scale), the indexer's k_I, γ and pooled-key rows in fp32 whatever the dtype.
-int64_t CacheBytesPerToken(const ModelConfig& c, int64_t layer, CacheDtype d) {
+// ones with an fp32 scale), the indexer's k_I and γ rows in fp32 whatever the dtype, and its pooled
+// keys in fp32, one row per pool of index_kpool tokens when that divides the page (rounded up to a
+// byte per token), else one row per token (ops/cuda/mla_cuda.h PoolKeyDiv).
+int64_t CacheBytesPerToken(const ModelConfig& c, int64_t layer, CacheDtype d, int64_t page_tokens) {
   const AttnCacheElems e = ComputeAttnCacheElems(c, layer);
   if (e.total() == 0) return 0;
   const KvDtype kv = d == CacheDtype::kBf16 ? KvDtype::kBf16
@@ -59,7 +61,8 @@ int64_t CacheBytesPerToken(const ModelConfig& c, int64_t layer, CacheDtype d) {
   int64_t b = 0;
   if (e.latent > 0) b += KvRowBytes(kv, e.latent);
   if (e.krot > 0) b += KvRowBytes(kv, e.krot);
-  return b + 4 * (2 * e.index_key + e.index_gamma);  // k_I, pooled keys, γ
+  const int64_t m = c.index_kpool, div = m > 0 && page_tokens % m == 0 ? m : 1;
+  return b + 4 * (e.index_key + e.index_gamma) + (4 * e.index_key + div - 1) / div;  // k_I, γ, pooled keys
 }
 
 Status CheckShape(const ModelConfig& c, const PlanOptions& o) {
@@ -250,7 +253,7 @@ Result<MemoryPlan> PlanMemory(const ModelConfig& c, const PlanOptions& o) {
     m.layer_end = r.end;
     StageWeights(c, o, s == 0, s == o.pp - 1, &m);
     for (int64_t l = r.begin; l < r.end; ++l) {
-      m.cache_bytes_per_token += CacheBytesPerToken(c, l, o.kv_cache);
+      m.cache_bytes_per_token += CacheBytesPerToken(c, l, o.kv_cache, o.page_tokens);
       const KdaStateElems st = ComputeKdaStateElems(c, l);
       if (st.recurrent == 0) continue;
       const int64_t heads = Largest(c.linear_num_heads, o.tp);

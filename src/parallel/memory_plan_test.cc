@@ -64,12 +64,13 @@ TEST(MemoryPlan, SmallConfigMatchesHandCounts) {
   EXPECT_EQ(s.routed_experts, 2 * 8 * 6144);
   EXPECT_EQ(s.shared_experts, 2 * 6144);
   EXPECT_EQ(s.norms_hc_router, 4 * (4 * 2198 + 512 + 64));
-  // DSA cache: latent 32 in bf16; indexer key 16, γ 16 and the pooled key 16 in fp32 (the CUDA model).
-  EXPECT_EQ(s.cache_bytes_per_token, 2 * 32 + 4 * 48);
+  // DSA cache: latent 32 in bf16; indexer key 16 and γ 16 in fp32, and the fp32 pooled key (16) once
+  // per pool of 4 tokens (the CUDA model).
+  EXPECT_EQ(s.cache_bytes_per_token, 2 * 32 + 4 * 32 + 4 * 16 / 4);
   // KDA state: 3 layers × fp32 (conv tail 3·3·64 + state 4·16·16).
   EXPECT_EQ(s.kda_state_bytes_per_sequence, 3 * 4 * (576 + 1024));
   // One sequence of 256 tokens (4 pages of 64).
-  EXPECT_EQ(s.cache_bytes, 256 * 256);
+  EXPECT_EQ(s.cache_bytes, 208 * 256);
   EXPECT_TRUE(p->fits());
 }
 
@@ -77,11 +78,14 @@ TEST(MemoryPlan, CacheDtypes) {
   const ModelConfig c = Small();
   PlanOptions o = Opts(1, int64_t(1) << 30);
   o.kv_cache = CacheDtype::kFp8;  // the latent row: 32 codes + an fp32 scale, padded to 48 bytes
-  EXPECT_EQ(PlanMemory(c, o)->stages[0].cache_bytes_per_token, 48 + 4 * 48);
+  EXPECT_EQ(PlanMemory(c, o)->stages[0].cache_bytes_per_token, 48 + 4 * 32 + 16);
   o.kv_cache = CacheDtype::kInt8;
+  EXPECT_EQ(PlanMemory(c, o)->stages[0].cache_bytes_per_token, 48 + 4 * 32 + 16);
+  o.page_tokens = 66;  // 4 does not divide the page: one pooled-key row per token
   EXPECT_EQ(PlanMemory(c, o)->stages[0].cache_bytes_per_token, 48 + 4 * 48);
-  o.kv_cache = CacheDtype::kFp32;  // the CUDA model: + a pooled-key row
-  EXPECT_EQ(PlanMemory(c, o)->stages[0].cache_bytes_per_token, 4 * (64 + 16));
+  o.page_tokens = 64;
+  o.kv_cache = CacheDtype::kFp32;  // latent, k_I, γ in fp32 + the pooled key per pool
+  EXPECT_EQ(PlanMemory(c, o)->stages[0].cache_bytes_per_token, 4 * 64 + 16);
 }
 
 TEST(MemoryPlan, WeightDtypesQuantizeOnlyGemmWeights) {
@@ -110,7 +114,7 @@ TEST(MemoryPlan, TensorParallelHalvesHeadWeightsAndState) {
   EXPECT_EQ(s.lm_head, 2 * 500 * 64);
   EXPECT_EQ(s.embedding, 2 * 64000);                            // replicated
   EXPECT_EQ(s.dense_mlp, 3 * 2 * 24576);                        // replicated
-  EXPECT_EQ(s.cache_bytes_per_token, 2 * 32 + 4 * 48);          // the latent is replicated
+  EXPECT_EQ(s.cache_bytes_per_token, 2 * 32 + 4 * 32 + 16);     // the latent is replicated
   EXPECT_EQ(s.kda_state_bytes_per_sequence, 3 * 4 * (576 + 1024) / 2);
 }
 
@@ -150,7 +154,7 @@ TEST(MemoryPlan, ExpertAndPipelineSplits) {
   EXPECT_EQ(p->stages[2].lm_head, 0);
   EXPECT_EQ(p->stages[3].lm_head, 2 * 77440 * 4096);
   // Stage 0 holds layers 0..11: DSA layers 3, 7, 11.
-  EXPECT_EQ(p->stages[0].cache_bytes_per_token, 3 * (2 * 512 + 4 * 3 * 128));
+  EXPECT_EQ(p->stages[0].cache_bytes_per_token, 3 * (2 * 512 + 4 * 2 * 128 + 4 * 128 / 16));
 }
 
 // Property on fresh random shapes: the bytes of every component add back to the parameter count

@@ -559,32 +559,33 @@ struct CudaModel::Impl {
     return Status::Ok();
   }
   // Sequence transfer: every page part of every attention layer as (device base, bytes per row),
-  // in host-image order (ReadPages / WritePages). The latent / krot rows are in the layer's KV dtype,
-  // so both ends of a transfer must run the same policy (bytes_per_page differs otherwise).
+  // in host-image order (ReadPages / WritePages), as (device base, bytes of one page). The latent /
+  // krot rows are in the layer's KV dtype, so both ends of a transfer must run the same policy
+  // (bytes_per_page differs otherwise); the pooled keys are page_tokens / PoolKeyDiv rows per page.
   std::vector<std::pair<uint8_t*, int64_t>> PageParts() const {
     std::vector<std::pair<uint8_t*, int64_t>> parts;
+    const int64_t pt = opts.page_tokens;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       if (kda_state[l]) continue;
       const AttnCache& ac = cache[l];
-      parts.push_back({ac.latent, KvRowBytes(ac.kv, c.kv_lora_rank)});
-      if (ac.krot) parts.push_back({ac.krot, KvRowBytes(ac.kv, c.qk_rope_head_dim)});
+      parts.push_back({ac.latent, pt * KvRowBytes(ac.kv, c.kv_lora_rank)});
+      if (ac.krot) parts.push_back({ac.krot, pt * KvRowBytes(ac.kv, c.qk_rope_head_dim)});
       if (ac.idx_k) {
         const int64_t rb = 4 * c.index_head_dim;
-        parts.push_back({reinterpret_cast<uint8_t*>(ac.idx_k), rb});
-        parts.push_back({reinterpret_cast<uint8_t*>(ac.gamma), rb});
-        parts.push_back({reinterpret_cast<uint8_t*>(ac.pool_keys), rb});
+        parts.push_back({reinterpret_cast<uint8_t*>(ac.idx_k), pt * rb});
+        parts.push_back({reinterpret_cast<uint8_t*>(ac.gamma), pt * rb});
+        parts.push_back({reinterpret_cast<uint8_t*>(ac.pool_keys), pt / cuda::PoolKeyDiv(pt, c.index_kpool) * rb});
       }
     }
     return parts;
   }
   // Pages ↔ a host image of pages.size() · bytes_per_page bytes, in stream order; synchronizes.
   Status CopyPages(std::span<const PageId> pages, std::byte* host, bool to_host) {
-    const int64_t pt = opts.page_tokens;
     size_t off = 0;
     for (PageId p : pages) {
-      for (const auto& [base, row_bytes] : PageParts()) {
-        uint8_t* dev = base + static_cast<int64_t>(p) * pt * row_bytes;
-        const size_t bytes = static_cast<size_t>(pt * row_bytes);
+      for (const auto& [base, page_bytes] : PageParts()) {
+        uint8_t* dev = base + static_cast<int64_t>(p) * page_bytes;
+        const size_t bytes = static_cast<size_t>(page_bytes);
         GYRE_CUDA_RETURN_IF_ERROR(to_host ? cudaMemcpyAsync(host + off, dev, bytes, cudaMemcpyDeviceToHost, s())
                                           : cudaMemcpyAsync(dev, host + off, bytes, cudaMemcpyHostToDevice, s()));
         off += bytes;
@@ -1091,7 +1092,8 @@ Status CudaModel::Impl::BuildPools() {
         const int64_t di = c.index_head_dim;
         GYRE_ASSIGN_OR_RETURN(ac.idx_k, AllocN<float>(rows * di, &stats.kv_bytes));
         GYRE_ASSIGN_OR_RETURN(ac.gamma, AllocN<float>(rows * di, &stats.kv_bytes));
-        GYRE_ASSIGN_OR_RETURN(ac.pool_keys, AllocN<float>(rows * di, &stats.kv_bytes));
+        GYRE_ASSIGN_OR_RETURN(ac.pool_keys,
+                              AllocN<float>(cuda::PoolKeyRows(rows, pt, c.index_kpool) * di, &stats.kv_bytes));
       }
     }
   }
@@ -1702,7 +1704,10 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
       } else {
         const KvDtype kv = impl->LayerKv(l);
         row_bytes += KvRowBytes(kv, c.kv_lora_rank) + (c.qk_rope_head_dim > 0 ? KvRowBytes(kv, c.qk_rope_head_dim) : 0);
-        if (impl->w.layers[l].has_indexer) row_bytes += 3 * c.index_head_dim * 4;
+        if (impl->w.layers[l].has_indexer)
+          row_bytes += 2 * c.index_head_dim * 4 +
+                       (c.index_head_dim * 4 + cuda::PoolKeyDiv(opts.page_tokens, c.index_kpool) - 1) /
+                           cuda::PoolKeyDiv(opts.page_tokens, c.index_kpool);
       }
     }
     int64_t reserve = std::max<int64_t>(opts.reserve_bytes, 0);

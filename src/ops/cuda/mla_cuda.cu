@@ -178,7 +178,8 @@ Status IndexerPoolKeysWith(const float* idx_k, const float* gamma, const float* 
   if (m < 1 || m > 64 || di < 1 || di > 65536) return Status::InvalidArgument("dsa.pool_key: m out of [1, 64] or bad di");
   if (b.num_tokens == 0) return Status::Ok();
   if (!idx_k || !gamma || !ape || !pool_keys) return Status::InvalidArgument("dsa.pool_key: null pointer");
-  PoolKeyArgs a{idx_k, gamma, ape, static_cast<int>(m), static_cast<int>(di), b.num_tokens, Rows(b), pool_keys};
+  PoolKeyArgs a{idx_k,      gamma,    ape, static_cast<int>(m), static_cast<int>(di), b.num_tokens, Rows(b),
+                pool_keys, static_cast<int>(PoolKeyDiv(b.page_tokens, m))};
   GYRE_CUDA_RETURN_IF_ERROR(LaunchPoolKeys(a, legacy, stream));
   return Status::Ok();
 }
@@ -262,6 +263,7 @@ Status IndexerSelectWith(const float* q_idx, const float* w, const float* pool_k
                         static_cast<int>(d.num_heads),
                         static_cast<int>(d.head_dim),
                         static_cast<int>(d.kpool),
+                        static_cast<int>(PoolKeyDiv(b.page_tokens, d.kpool)),
                         1.0f / std::sqrt(static_cast<float>(d.head_dim)),
                         b.num_tokens,
                         Rows(b),

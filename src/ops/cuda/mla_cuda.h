@@ -7,8 +7,11 @@
 // [rows, di] and pooled keys [rows, di]. The indexer's rows are fp32; latent and k_rot are fp32 or,
 // through CacheWriteKv / MlaAttentionKv, bf16 / fp8 / int8 rows (quant/kv_cache.h). Token j of batch row b lives at physical row
 //   block_table[b * max_pages + j / page_tokens] * page_tokens + j % page_tokens.
-// The pooled key K̄_p of pool p (tokens [p·m, p·m + m)) is stored in the pooled-key tensor at the
-// row of token p·m + m − 1 (the pool's last token), so pooled keys are paged like everything else.
+// The pooled key K̄_p of pool p (tokens [p·m, p·m + m)) is stored in the pooled-key tensor at row
+// Row(p·m + m − 1) / PoolKeyDiv(page_tokens, m), the physical row of the pool's last token divided
+// by m when m divides page_tokens (a pool never straddles a page: one row per pool, page_tokens / m
+// rows per page), else by 1 (one row per token slot). So pooled keys are paged like everything else,
+// and the tensor holds PoolKeyRows(rows, page_tokens, m) rows.
 //
 // A step's query tokens are described by a PagedBatch (device arrays, so a decode step can be
 // captured in a CUDA graph and replayed with new contents): token i belongs to batch row
@@ -29,6 +32,9 @@
 #include "quant/kv_cache.h"
 
 namespace gyre::cuda {
+
+inline int64_t PoolKeyDiv(int64_t page_tokens, int64_t m) { return m > 0 && page_tokens % m == 0 ? m : 1; }
+inline int64_t PoolKeyRows(int64_t rows, int64_t page_tokens, int64_t m) { return rows / PoolKeyDiv(page_tokens, m); }
 
 struct PagedBatch {
   const int32_t* tok_seq = nullptr;      // [num_tokens]

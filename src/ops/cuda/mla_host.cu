@@ -268,7 +268,7 @@ Status PoolKeyOnDevice(const float* k, const float* gamma, const float* ape, int
   GYRE_ASSIGN_OR_RETURN(std::vector<float> all_legacy, Download<float>(pk_legacy, pg.rows() * d, s));
   if (std::memcmp(all.data(), all_legacy.data(), sizeof(float) * all.size()) != 0)
     return Status::Internal("pool_key host: the shared-memory and the first kernel differ");
-  const int64_t want = pg.Row(kSeq, m - 1);
+  const int64_t want = pg.Row(kSeq, m - 1) / PoolKeyDiv(kPageTokens, m);  // one row per pool when m | page
   for (int64_t r = 0; r < pg.rows(); ++r) {
     bool written = false;
     for (int64_t c = 0; c < d; ++c) written |= !std::isnan(all[r * d + c]);
@@ -291,10 +291,13 @@ Status IndexerSelectOnDevice(const IndexerHostArgs& a, std::vector<std::vector<i
   const int64_t t = a.pos0 + a.s, m = a.kpool, di = a.head_dim, Hi = a.heads, n = a.s + 1;
   const int64_t pools = std::min(a.num_pools, t / m);
   const Paging pg = MakePaging(t);
-  GYRE_ASSIGN_OR_RETURN(DeviceBuffer pk, Poisoned(sizeof(float) * pg.rows() * di, s));
-  std::vector<int32_t> last(pools);
-  for (int64_t p = 0; p < pools; ++p) last[p] = static_cast<int32_t>(p * m + m - 1);
-  GYRE_RETURN_IF_ERROR(WriteRows(a.pool_keys, di, last, pg, pk.get<float>(), s));
+  // Pool p's key at the row of its last token, divided by m when m divides the page (mla_cuda.h).
+  std::vector<float> img(pg.rows() * di, kNaN);
+  for (int64_t p = 0; p < pools; ++p) {
+    const int64_t r = pg.Row(kSeq, p * m + m - 1) / PoolKeyDiv(kPageTokens, m);
+    std::copy(a.pool_keys + p * di, a.pool_keys + (p + 1) * di, img.begin() + r * di);
+  }
+  GYRE_ASSIGN_OR_RETURN(DeviceBuffer pk, UploadVec(img, s));
 
   std::vector<float> q(n * Hi * di, kNaN), w(n * Hi, kNaN);
   std::copy(a.q_idx, a.q_idx + a.s * Hi * di, q.begin() + Hi * di);

@@ -128,14 +128,16 @@ struct PoolKeyArgs {
   int m, di;
   int64_t num_tokens;
   TokenRows rows;
-  float* pool_keys;  // [rows, di]
+  float* pool_keys;  // [rows / pool_div, di]: pool ending at cache row r at row r / pool_div
+  int pool_div;      // PoolKeyDiv(page_tokens, m)
 };
 
 struct IndexerScoreArgs {
   const float* q_idx;      // [T, heads, di]
   const float* w;          // [T, heads]
-  const float* pool_keys;  // [rows, di]
+  const float* pool_keys;  // [rows / pool_div, di]
   int heads, di, m;
+  int pool_div;            // PoolKeyDiv(page_tokens, m)
   float scale;             // di^{-1/2}
   int64_t num_tokens;
   TokenRows rows;

@@ -525,6 +525,8 @@ __global__ void __launch_bounds__(kTgThreads) tc_head_gemm_kernel(const __grid_c
 //   softmax   online (running max m, sum l, rescale α per head), P written over S
 //   GEMM2     O[h][:] = α·O[h][:] + Σ_j P[h][j] C[j][:R]: thread tile 8 heads × 8 columns
 //   epilogue  o_lat = O / l (one split), else O, m, l per split for mla_combine_kernel
+// kDt: the cache rows' KvDtype (a template argument, so each load's decode is fixed at compile time).
+template <int kDt>
 __global__ void __launch_bounds__(kMlaThreads, 1) mla_attn_kernel(const __grid_constant__ MlaAttnArgs a) {
   extern __shared__ float4 smem4[];
   float* const smem = reinterpret_cast<float*>(smem4);
@@ -589,7 +591,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attn_kernel(const __grid_c
   };
   auto issue = [&](int buf) {
     const int rq = R / 4, kq = qk / 4;
-    if (a.kv_dtype == static_cast<int>(KvDtype::kF32)) {
+    if constexpr (kDt == static_cast<int>(KvDtype::kF32)) {
       for (int e = tid; e < kMlaKeys * kq; e += kMlaThreads) {
         const int k = e / kq, c4 = e - k * kq;
         const int64_t r = rows[buf * kMlaKeys + k];
@@ -607,8 +609,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attn_kernel(const __grid_c
         const int64_t r = rows[buf * kMlaKeys + k];
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r >= 0)
-          v = c4 < rq ? LoadKv4(a.latent + r * a.lat_row_bytes, 4 * c4, R, a.kv_dtype)
-                      : LoadKv4(a.krot + r * a.rot_row_bytes, 4 * (c4 - rq), a.rope, a.kv_dtype);
+          v = c4 < rq ? LoadKv4(a.latent + r * a.lat_row_bytes, 4 * c4, R, kDt)
+                      : LoadKv4(a.krot + r * a.rot_row_bytes, 4 * (c4 - rq), a.rope, kDt);
         *reinterpret_cast<float4*>(Cs + (buf * kMlaKeys + k) * ks + 4 * c4) = v;
       }
     }
@@ -791,6 +793,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1) mla_attn_kernel(const __grid_c
 // Buffers: C double-buffered; named barriers (ids) 1 consumers, 2 producers, 3 + b "C[b] full"
 // (producers arrive, consumers wait), 5 + b "C[b] empty" (consumers arrive after their last use,
 // producers wait before refilling it). Epilogue: o_lat = O / l (one split) or O, (m, l) per split.
+template <int kDt>
 __global__ void __launch_bounds__(kTcThreads, 1) mla_attn_tc_kernel(const __grid_constant__ MlaAttnArgs a) {
   extern __shared__ float4 tc_smem4[];
   constexpr int kConsumers = 32 * kTcConsumerWarps, kProducers = 32 * kTcProducerWarps;
@@ -864,8 +867,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) mla_attn_tc_kernel(const __grid
           if (f0 + 32 * x < total) {
             const int64_t row = rows_b[pw + kTcProducerWarps * wk];
             if (row >= 0 && wc < qk4)
-              v[x] = wc < rq ? LoadKv4(a.latent + row * a.lat_row_bytes, 4 * wc, R, a.kv_dtype)
-                             : LoadKv4(a.krot + row * a.rot_row_bytes, 4 * (wc - rq), a.rope, a.kv_dtype);
+              v[x] = wc < rq ? LoadKv4(a.latent + row * a.lat_row_bytes, 4 * wc, R, kDt)
+                             : LoadKv4(a.krot + row * a.rot_row_bytes, 4 * (wc - rq), a.rope, kDt);
           }
           wc += 32;
           while (wc >= upk) wc -= upk, ++wk;
@@ -1154,23 +1157,44 @@ cudaError_t LaunchHeadGemmTc(const HeadGemmArgs& a, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMlaAttentionTc(const MlaAttnArgs& a, int head_groups, cudaStream_t s) {
-  static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(mla_attn_tc_kernel));
+static_assert(static_cast<int>(KvDtype::kF32) == 0 && static_cast<int>(KvDtype::kBf16) == 1 &&
+                  static_cast<int>(KvDtype::kFp8) == 2 && static_cast<int>(KvDtype::kInt8) == 3,
+              "the launchers' template arguments");
+template <int kDt>
+cudaError_t LaunchMlaAttentionTcT(const MlaAttnArgs& a, int head_groups, cudaStream_t s) {
+  static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(mla_attn_tc_kernel<kDt>));
   if (allowed != cudaSuccess) return allowed;
   const dim3 grid(a.num_splits, a.num_tokens, head_groups);
-  mla_attn_tc_kernel<<<grid, kTcThreads, TcAttnSmemBytes(a.qk_pad), s>>>(a);
+  mla_attn_tc_kernel<kDt><<<grid, kTcThreads, TcAttnSmemBytes(a.qk_pad), s>>>(a);
   return cudaGetLastError();
 }
-
-cudaError_t LaunchMlaAttention(const MlaAttnArgs& a, int head_groups, cudaStream_t s) {
-  static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(mla_attn_kernel));
+template <int kDt>
+cudaError_t LaunchMlaAttentionT(const MlaAttnArgs& a, int head_groups, cudaStream_t s) {
+  static const cudaError_t allowed = AllowMaxDynamicSmem(reinterpret_cast<const void*>(mla_attn_kernel<kDt>));
   if (allowed != cudaSuccess) return allowed;
   const size_t smem = MlaAttnSmemBytes(a.latent_dim + a.rope);
   const dim3 grid(a.num_splits, a.num_tokens, head_groups);
-  mla_attn_kernel<<<grid, kMlaThreads, smem, s>>>(a);
+  mla_attn_kernel<kDt><<<grid, kMlaThreads, smem, s>>>(a);
   return cudaGetLastError();
 }
-
+cudaError_t LaunchMlaAttentionTc(const MlaAttnArgs& a, int head_groups, cudaStream_t s) {
+  switch (static_cast<KvDtype>(a.kv_dtype)) {
+    case KvDtype::kF32: return LaunchMlaAttentionTcT<0>(a, head_groups, s);
+    case KvDtype::kBf16: return LaunchMlaAttentionTcT<1>(a, head_groups, s);
+    case KvDtype::kFp8: return LaunchMlaAttentionTcT<2>(a, head_groups, s);
+    case KvDtype::kInt8: return LaunchMlaAttentionTcT<3>(a, head_groups, s);
+  }
+  return cudaErrorInvalidValue;
+}
+cudaError_t LaunchMlaAttention(const MlaAttnArgs& a, int head_groups, cudaStream_t s) {
+  switch (static_cast<KvDtype>(a.kv_dtype)) {
+    case KvDtype::kF32: return LaunchMlaAttentionT<0>(a, head_groups, s);
+    case KvDtype::kBf16: return LaunchMlaAttentionT<1>(a, head_groups, s);
+    case KvDtype::kFp8: return LaunchMlaAttentionT<2>(a, head_groups, s);
+    case KvDtype::kInt8: return LaunchMlaAttentionT<3>(a, head_groups, s);
+  }
+  return cudaErrorInvalidValue;
+}
 cudaError_t LaunchMlaCombine(const MlaCombineArgs& a, cudaStream_t s) {
   mla_combine_kernel<<<dim3(a.num_tokens, a.heads), 128, 0, s>>>(a);
   return cudaGetLastError();

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(128) pool_key_kernel(const __grid_constant__ P
       const float e = expf(a.gamma[rows[r] * a.di + c] + a.ape[r * a.di + c] - mx);
       acc = __fadd_rn(acc, __fmul_rn(__fdiv_rn(e, den), a.idx_k[rows[r] * a.di + c]));
     }
-    a.pool_keys[rows[a.m - 1] * a.di + c] = acc;
+    a.pool_keys[(rows[a.m - 1] / a.pool_div) * a.di + c] = acc;
   }
 }
 
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(128) pool_key_smem_kernel(const __grid_constan
       const float e = expf(zs[r * a.di + c] - mx);
       acc = __fadd_rn(acc, __fmul_rn(__fdiv_rn(e, den), ks[r * a.di + c]));
     }
-    a.pool_keys[rows[a.m - 1] * a.di + c] = acc;
+    a.pool_keys[(rows[a.m - 1] / a.pool_div) * a.di + c] = acc;
   }
 }
 
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kIdxScoreThreads) indexer_score_kernel(const _
   for (int u = 0; u < kPP; ++u) {
     const int64_t p = p0 + u * kIdxScoreThreads + threadIdx.x;
     valid[u] = p < ncand;
-    kp[u] = a.pool_keys + (valid[u] ? a.rows.Row(seq, p * a.m + a.m - 1) : 0) * di;
+    kp[u] = a.pool_keys + (valid[u] ? a.rows.Row(seq, p * a.m + a.m - 1) / a.pool_div : 0) * di;
   }
   float acc[kPP][kIdxMaxHeads];
 #pragma unroll
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kIdxScoreThreads) indexer_score4_kernel(const 
   const int q4 = threadIdx.x & 3, pl = threadIdx.x >> 2;
   auto load = [&](int64_t p, float4 (&k)[kIdxScoreUnits]) {
     const bool valid = p < ncand;
-    const float* kp = a.pool_keys + (valid ? a.rows.Row(seq, p * a.m + a.m - 1) : 0) * di;
+    const float* kp = a.pool_keys + (valid ? a.rows.Row(seq, p * a.m + a.m - 1) / a.pool_div : 0) * di;
 #pragma unroll
     for (int u = 0; u < kIdxScoreUnits; ++u) {
       const int unit = q4 + 4 * u;

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""One long request end to end through `gyre serve --backend cuda` (issue 22 item 1, first step).
+
+    tools/gpu/long_context.py GYRE OUTDIR [--tokens 1048576] [--kv-cache-dtype bf16] [--config FILE]
+
+Starts the server on the full-depth 32-expert benchmark config (random bf16 weights) with
+--max-model-len tokens+64, chunked prefill (--max-num-batched-tokens 8192) and the page pool from
+--gpu-memory-utilization, sends one /v1/completions request whose prompt is `tokens` random token ids
+(streamed, greedy, 16 new tokens), and while its prefill runs sends a short request every 5 s (do
+short requests still get served while the long prefill runs?). Records the server's startup line,
+the long request's TTFT and inter-token latencies, the short requests' TTFTs, and the outcome, in
+OUTDIR/long_context.json. Needs no reference: it shows that the request is admitted, prefilled and
+decoded, and what it costs. The checks of correctness at length (chunk-size invariance, decode vs
+prefill) are not here (docs/long_context.md)."""
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gyre")
+    ap.add_argument("out")
+    ap.add_argument("--tokens", type=int, default=1048576)
+    ap.add_argument("--kv-cache-dtype", default="bf16")
+    ap.add_argument("--config", default="bench/configs/glm5_next_fulldepth_32experts.json")
+    ap.add_argument("--chunk", type=int, default=8192)
+    ap.add_argument("--timeout", type=float, default=480)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    cfg = json.load(open(a.config))
+    vocab = cfg.get("vocab_size", 154880)
+    tok = f"/tmp/tok_{vocab}.json"  # a synthetic tokenizer of the config's vocabulary (prompts are ids)
+    if not os.path.exists(tok):
+        subprocess.run([sys.executable, "tools/bench/synthetic_tokenizer.py", "--vocab", str(vocab), "--out", tok],
+                       check=True)
+    log = open(os.path.join(a.out, "serve.log"), "w")
+    cmd = [a.gyre, "serve", "--backend", "cuda", "--config", a.config, "--random-weights", "--port", "0",
+           "--kv-cache-dtype", a.kv_cache_dtype, "--max-model-len", str(a.tokens + 64), "--allow-long-max-model-len",
+           "--max-num-batched-tokens", str(a.chunk), "--max-num-seqs", "4", "--gpu-memory-utilization", "0.95",
+           "--no-enable-prefix-caching", "--served-model-name", "m", "--tokenizer", tok]
+    res = {"command": " ".join(cmd), "tokens": a.tokens, "kv_cache_dtype": a.kv_cache_dtype, "ok": False}
+    srv = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port, lines = None, []
+    t0 = time.time()
+    while time.time() - t0 < 240:
+        line = srv.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        log.write(line)
+        log.flush()
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    res["startup"] = [l.rstrip() for l in lines[-6:]]
+    res["startup_s"] = time.time() - t0
+    if port is None:
+        res["error"] = "server did not start"
+        json.dump(res, open(os.path.join(a.out, "long_context.json"), "w"), indent=2)
+        srv.kill()
+        return 1
+    threading.Thread(target=lambda: [log.write(l) for l in srv.stdout], daemon=True).start()
+
+    def post(body, stream):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        return urllib.request.urlopen(req, timeout=a.timeout)
+
+    rng = random.Random(22)
+    prompt = [rng.randrange(vocab) for _ in range(a.tokens)]
+    done = threading.Event()
+    shorts = []
+
+    def short_loop():
+        while not done.is_set():
+            t = time.time()
+            try:
+                r = post({"model": "m", "prompt": [rng.randrange(vocab) for _ in range(64)], "max_tokens": 4,
+                          "temperature": 0}, False)
+                r.read()
+                shorts.append({"at_s": t - t_long, "latency_s": time.time() - t, "status": r.status})
+            except Exception as e:  # noqa: BLE001
+                shorts.append({"at_s": t - t_long, "error": str(e)})
+            done.wait(5)
+
+    t_long = time.time()
+    threading.Thread(target=short_loop, daemon=True).start()
+    times, text = [], ""
+    try:
+        r = post({"model": "m", "prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True,
+                  "stream_options": {"include_usage": True}}, True)
+        usage = None
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                usage = ev["usage"]
+            if ev.get("choices") and ev["choices"][0].get("text") is not None:
+                times.append(time.time() - t_long)
+                text += ev["choices"][0]["text"]
+        res["usage"] = usage
+        res["ttft_s"] = times[0] if times else None
+        res["itl_ms"] = [1e3 * (b - a_) for a_, b in zip(times, times[1:])]
+        res["prefill_tokens_per_s"] = a.tokens / times[0] if times else None
+        res["ok"] = bool(times) and usage is not None and usage.get("prompt_tokens") == a.tokens
+    except Exception as e:  # noqa: BLE001
+        res["error"] = str(e)
+    done.set()
+    res["short_requests"] = shorts
+    try:
+        res["metrics"] = [l for l in urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+                          .decode().splitlines() if l.startswith("gyre_") and ("kv" in l or "page" in l)][:20]
+    except Exception as e:  # noqa: BLE001
+        res["metrics_error"] = str(e)
+    srv.terminate()
+    try:
+        srv.wait(20)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+    json.dump(res, open(os.path.join(a.out, "long_context.json"), "w"), indent=2)
+    print(json.dumps({k: res.get(k) for k in ("ok", "tokens", "ttft_s", "prefill_tokens_per_s", "error")}))
+    print("itl_ms", [round(x, 1) for x in res.get("itl_ms", [])])
+    print("short requests", [(round(s["at_s"], 1), round(s.get("latency_s", -1), 2)) for s in shorts])
+    print("\n".join(res["startup"]))
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
