@@ -11,7 +11,8 @@ short requests still get served while the long prefill runs?). Records the serve
 the long request's TTFT and inter-token latencies, the short requests' TTFTs, and the outcome, in
 OUTDIR/long_context.json. Needs no reference: it shows that the request is admitted, prefilled and
 decoded, and what it costs. The checks of correctness at length (chunk-size invariance, decode vs
-prefill) are not here (docs/long_context.md)."""
+prefill) are not here. NOT RUN YET: the full-depth config's bf16 weights (79.6 GiB) need an H200, and
+none was free for it on 2026-12-06."""
 import argparse
 import json
 import os
