@@ -1765,6 +1765,11 @@ RunnerCapacity CudaModel::capacity() const {
   r.max_step_pieces = m.bmax;
   r.bytes_per_page = m.num_pages > 0 ? m.stats.kv_bytes / m.num_pages : 0;
   r.bytes_per_slot = m.opts.max_seqs > 0 ? m.stats.state_bytes / m.opts.max_seqs : 0;
+  // The KV dtype of every attention layer (0 when all are fp32, as a runner without a policy).
+  for (int64_t l = 0; l < m.c.num_hidden_layers; ++l)
+    if (!m.kda_state[l] && m.LayerKv(l) != KvDtype::kF32)
+      r.cache_layout = (r.cache_layout * 1000003u) ^ (static_cast<uint64_t>(l) << 8 | static_cast<uint64_t>(m.LayerKv(l)));
+  if (r.cache_layout == 0 && !m.opts.kv_cache.uniform_fp32()) r.cache_layout = 1;
   return r;
 }
 

@@ -105,6 +105,9 @@ struct RunnerCapacity {
   int64_t bytes_per_page = 0;   // all attention layers
   int64_t bytes_per_slot = 0;   // all KDA layers
   bool speculative = false;     // accepts speculative pieces and CommitSpeculative
+  // What else decides the meaning of a page's bytes, as a tag (0: nothing): the CUDA model's KV cache
+  // dtype per layer (fp8 and int8 pages have equal sizes). Sequence transfer compares it.
+  uint64_t cache_layout = 0;
 };
 
 struct SampleSpec {

@@ -306,6 +306,35 @@ TEST(DisaggImport, RefusesAnImageOfAnotherFormat) {
   EXPECT_EQ(ImportSequence(a.runner(), other, s->slot, s->pages).code(), StatusCode::kInvalidArgument);
   // A short block table on export.
   EXPECT_FALSE(ExportSequence(a.runner(), s->slot, {}, s->num_tokens, 0).ok());
+  // Same page sizes, another cache layout (the CUDA model's fp8 vs int8 pages): refused by name.
+  class OtherLayout final : public ModelRunner {
+   public:
+    explicit OtherLayout(ModelRunner& r) : r_(r) {}
+    const ModelConfig& config() const override { return r_.config(); }
+    RunnerCapacity capacity() const override {
+      RunnerCapacity c = r_.capacity();
+      c.cache_layout = 7;
+      return c;
+    }
+    std::string backend() const override { return r_.backend(); }
+    Status Launch(std::span<const StepPiece> p, bool w) override { return r_.Launch(p, w); }
+    Status Collect(std::vector<SampledToken>* o, std::vector<float>* l) override { return r_.Collect(o, l); }
+    Status ReserveCheckpoints(int64_t n) override { return r_.ReserveCheckpoints(n); }
+    Status SaveState(SlotId s, CheckpointId c) override { return r_.SaveState(s, c); }
+    Status RestoreState(CheckpointId c, SlotId s, int64_t n) override { return r_.RestoreState(c, s, n); }
+    Status ReadPages(std::span<const PageId> p, std::span<std::byte> d) override { return r_.ReadPages(p, d); }
+    Status WritePages(std::span<const PageId> p, std::span<const std::byte> b) override { return r_.WritePages(p, b); }
+    Status ReadSlotState(SlotId s, std::span<std::byte> d) override { return r_.ReadSlotState(s, d); }
+    Status WriteSlotState(SlotId s, std::span<const std::byte> b, int64_t n) override {
+      return r_.WriteSlotState(s, b, n);
+    }
+
+   private:
+    ModelRunner& r_;
+  } other_layout(a.runner());
+  const Status refused = ImportSequence(other_layout, *im, s->slot, s->pages);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_TRUE(ImportSequence(a.runner(), *im, s->slot, s->pages).ok());
 }
 
 // The runner ops alone: an export read back into other ids of the same runner is byte-exact.

@@ -25,6 +25,7 @@ CacheFormat FormatOf(const ModelRunner& runner) {
   f.page_tokens = cap.page_tokens;
   f.bytes_per_page = cap.bytes_per_page;
   f.bytes_per_slot = cap.bytes_per_slot;
+  shape.push_back(static_cast<int64_t>(cap.cache_layout));  // the KV cache dtype per layer (cuda)
   f.model_fingerprint = XXH64(shape.data(), shape.size() * sizeof(int64_t), 0);
   return f;
 }
