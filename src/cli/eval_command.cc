@@ -12,6 +12,7 @@
 #include "feedback/text_eval.h"
 #include "quant/kv_cache.h"
 #include "quant/kv_policy_search.h"
+#include "runtime/kv_policy_flags.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
@@ -44,12 +45,6 @@ Result<std::string> ReadText(const std::string& path) {
   ss << f.rdbuf();
   if (ss.str().empty()) return Status::InvalidArgument("--text " + path + " is empty");
   return ss.str();
-}
-
-[[maybe_unused]] std::vector<bool> AttentionLayers(const ModelConfig& c) {
-  std::vector<bool> is_attention(static_cast<size_t>(c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) is_attention[l] = c.layer_types[l] != AttnKind::kKda;
-  return is_attention;
 }
 
 int RunEval(const EvalArgs& a) {
@@ -85,13 +80,9 @@ int RunEval(const EvalArgs& a) {
     co.page_tokens = kPageTokens;
     co.kv_tokens = (a.ctx + kPageTokens - 1) / kPageTokens * kPageTokens;
     co.decode_graphs = false;
-    if (a.kv_cache_policy.empty()) {
-      co.kv_cache = UniformKvPolicy((*model)->config().num_hidden_layers, *kv);
-    } else {
-      auto p = LoadKvCachePolicy(a.kv_cache_policy, AttentionLayers((*model)->config()));
-      if (!p) return Fail(p.error());
-      co.kv_cache = std::move(*p);
-    }
+    auto p = KvPolicyFromFlags((*model)->config(), a.kv_cache_dtype, a.kv_cache_policy);
+    if (!p) return Fail(p.error());
+    co.kv_cache = std::move(*p);
     auto gpu = CudaModel::FromHost((*model)->config(), (*model)->weights(), co);
     if (!gpu) return Fail(gpu.error());
     rep = feedback::EvaluateText(**gpu, nullptr, **tok, *text, o);
@@ -179,7 +170,7 @@ int RunKvSearch(const KvSearchArgs& a) {
     sess.Release(s);
     return all;
   };
-  const std::vector<bool> attn = AttentionLayers(c);
+  const std::vector<bool> attn = AttentionLayerMask(c);
   auto r = SearchKvPolicy(attn, c.vocab_size, run, o);
   if (!r) return Fail(r.error());
   auto bytes = [&](const KvCachePolicy& p) {

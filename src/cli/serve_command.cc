@@ -24,6 +24,7 @@
 #include "feedback/trace_export.h"
 #include "model/config.h"
 #include "quant/kv_cache.h"
+#include "runtime/kv_policy_flags.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
@@ -396,12 +397,7 @@ int RunServe(ServeArgs a) {
     }
     co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
     {
-      std::vector<bool> is_attention(static_cast<size_t>(config.num_hidden_layers));
-      for (int64_t l = 0; l < config.num_hidden_layers; ++l) is_attention[l] = config.layer_types[l] != AttnKind::kKda;
-      Result<KvCachePolicy> kvp = a.kv_cache_policy.empty()
-                                      ? Result<KvCachePolicy>(UniformKvPolicy(config.num_hidden_layers,
-                                                                              *ParseKvDtype(a.kv_cache_dtype)))
-                                      : LoadKvCachePolicy(a.kv_cache_policy, is_attention);
+      Result<KvCachePolicy> kvp = KvPolicyFromFlags(config, a.kv_cache_dtype, a.kv_cache_policy);
       if (!kvp.ok()) return Fail(kvp.error());
       co.kv_cache = std::move(*kvp);
     }

@@ -40,6 +40,7 @@
 #include "quant/kv_cache.h"
 #include "runtime/cuda_model.h"
 #include "runtime/gpu_fixture_for_tests.h"
+#include "runtime/kv_policy_flags.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
 #include "runtime/parity.h"
@@ -141,7 +142,7 @@ class KvCacheGpu : public ::testing::Test {
     prompt_.assign(ids.begin(), ids.begin() + 64);
     forced_.assign(ids.begin() + 64, ids.end());
     const ModelConfig& c = model_->config();
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) is_attention_.push_back(c.layer_types[l] != AttnKind::kKda);
+    is_attention_ = AttentionLayerMask(c);
   }
   KvCachePolicy Uniform(KvDtype d) const { return UniformKvPolicy(model_->config().num_hidden_layers, d); }
   Result<RunOut> Run(const KvCachePolicy& p, bool bf16) const { return RunModel(*model_, p, bf16, prompt_, forced_); }
