@@ -59,10 +59,11 @@ exec > >(tee "$OUT/gpu_check.log") 2>&1
 cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
-# Steps to run (comma list): verify (ops), model (fixture parity), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# Steps to run (comma list): verify (ops), model (fixture parity), length (gyre verify length on glm5_mini, dsa.select at
+# 1M context), longctx (opt-in, not in the default: verify length at 1M tokens, ~5 min), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,quant,kvcache,eval,trace,engine,devcomm,tp,disagg,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,length,quant,kvcache,eval,trace,engine,devcomm,tp,disagg,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -157,6 +158,32 @@ for r in reps:
           f'cpu {r["cpu_logits"]["rel_l2"]:.2e}, greedy golden {r["greedy"]["match_golden"]} cpu {r["greedy"]["match_cpu"]}, '
           f'ragged {r["ragged_batch"]["worst_rel_l2"]:.2e}')
 EOF2
+fi
+
+# ---- 2b'. correctness at length (issue 22 item 2; gyre verify length, feedback/length_check.h) ----
+# The model against itself: chunk-size invariance of the last logits and KDA states, decode vs
+# prefill at the start and end of the prompt. glm5_mini here (fp32 and bf16 weights); the 1M-token
+# run on the full-width model is the opt-in step `longctx`. The DSA selection at 1M context is
+# checked against the fp64 reference (verify ops dsa.select at T = 2^20, the model's shapes).
+if [[ -n "$GYRE" ]] && has_step length; then
+  echo "== gyre verify length --backend cuda (glm5_mini, 6000 tokens)"
+  timeout 300 "$GYRE" verify length --backend cuda --model tests/fixtures/glm5_mini --weights f32 --tokens 6000 \
+    --chunks 1024,333,4096 --tail 80 --head 16 --tol-logits 1e-4 --tol-state 1e-4 --out "$OUT/gpu_length_f32.json" \
+    || status=1
+  timeout 300 "$GYRE" verify length --backend cuda --model tests/fixtures/glm5_mini --weights bf16 --tokens 6000 \
+    --chunks 1024,333,4096 --tail 80 --head 16 --tol-logits 1e-2 --tol-state 1e-2 --kv-cache-dtype bf16 \
+    --out "$OUT/gpu_length_bf16.json" || status=1
+  echo "== gyre verify ops dsa.select at 1M context (fp64 reference)"
+  timeout 300 "$GYRE" verify ops --backend cuda --op dsa.select --seed 22 --json \
+    --shape S=4,T=1048576,M=16,TOPK=2048,IH=32,ID=128,TIES=0 > "$OUT/gpu_select_1m.json" || status=1
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(f'  {\"ok  \" if c[\"pass\"] else \"FAIL\"} dsa.select {c[\"shape\"]} rel-L2 {c[\"rel_l2\"]} {c[\"error\"]}') for c in r['checks']]" \
+    "$OUT/gpu_select_1m.json" || status=1
+fi
+if [[ -n "$GYRE" ]] && has_step longctx; then
+  echo "== gyre verify length at 1,048,576 tokens (4 layers, full width, 32 experts, bf16 weights)"
+  timeout 560 "$GYRE" verify length --backend cuda --config bench/configs/glm5_next_4layer_32experts.json --weights bf16 \
+    --tokens 1048576 --chunks 8192,32768,5000 --tail 64 --head 16 --tol-logits 1e-2 --tol-state 1e-2 \
+    --out "$OUT/gpu_length_1m.json" || status=1
 fi
 
 # ---- 2c. the trained model's held-out perplexity on both engines (gyre eval) ----

@@ -24,6 +24,7 @@
 #include "feedback/compare.h"
 #include "feedback/device_trace_check.h"
 #include "feedback/gate.h"
+#include "feedback/length_check.h"
 #include "feedback/model_diff.h"
 #include "feedback/op_sweep.h"
 #include "feedback/skeletons.h"
@@ -32,9 +33,13 @@
 #include "model/random_weights.h"
 #include "parallel/verify_parallel.h"
 #include "parallel/verify_tp_cuda.h"
+#include "quant/kv_cache.h"
+#include "runtime/cpu_runner.h"
+#include "runtime/kv_policy_flags.h"
 #include "runtime/model.h"
 #ifdef GYRE_CUDA
 #include "feedback/cuda_benchmark.h"
+#include "runtime/cuda_model.h"
 #include "runtime/cuda_parity.h"
 #endif
 
@@ -122,7 +127,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   auto* verify = app.add_subcommand("verify", "check ops / parallel plans against references");
   verify->require_subcommand(1);
   struct VerifyArgs {
-    std::string op, backend = "cpu";
+    std::string op, backend = "cpu", shape;
     uint64_t seed = 0;
     bool json = false;
   };
@@ -131,6 +136,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   vops->add_option("--op", va->op, "only this op");
   vops->add_option("--backend", va->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   vops->add_option("--seed", va->seed, "input seed (default: random, printed)");
+  vops->add_option("--shape", va->shape,
+                   "with --op: check this shape only, e.g. S=4,T=1048576,M=16,TOPK=2048,IH=32,ID=128,TIES=0 (the op's "
+                   "largest shape fills unnamed dims)");
   vops->add_flag("--json", va->json);
   vops->callback([va, runner] {
     *runner = [va] {
@@ -140,7 +148,17 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
         for (const auto& o : ops::Registry()) names += " " + o.name;
         return Fail(Status::InvalidArgument("unknown op '" + va->op + "'; ops:" + names));
       }
-      const auto rep = feedback::VerifyOps({}, va->op, va->backend == "cuda" ? ops::Backend::kCuda : ops::Backend::kCpu,
+      std::vector<ops::OpSpec> list;  // empty: the registry
+      if (!va->shape.empty()) {
+        if (va->op.empty()) return Fail(Status::InvalidArgument("--shape needs --op"));
+        ops::OpSpec one = *ops::FindOp(va->op);
+        auto shape = ops::ParseShape(one, va->shape);
+        if (!shape) return Fail(shape.status().WithContext("--shape"));
+        shape->tolerance = 0;  // the op's tolerance class, not a calibration of another shape
+        one.shapes = {*shape};
+        list.push_back(std::move(one));
+      }
+      const auto rep = feedback::VerifyOps(list, va->op, va->backend == "cuda" ? ops::Backend::kCuda : ops::Backend::kCpu,
                                            seed);
       if (va->json) {
         std::printf("%s\n", rep.Json().dump(2).c_str());
@@ -187,6 +205,126 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
 #else
       return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
 #endif
+    };
+  });
+
+  // ---- verify length (issue 22 item 2; feedback/length_check.h) ----
+  struct LengthVerifyArgs {
+    std::string model, config, backend = "cpu", weights = "f32", chunks = "64,17", kv_cache_dtype = "auto", out;
+    int64_t tokens = 512, tail = 32, head = 16, page_tokens = 64;
+    uint64_t seed = 22, weight_seed = 1;
+    double tol_logits = 1e-3, tol_state = 1e-3;
+    bool json = false;
+  };
+  auto lva = std::make_shared<LengthVerifyArgs>();
+  auto* vlen = verify->add_subcommand(
+      "length", "a long prompt vs itself: chunk-size invariance of the last logits and KDA states, decode vs prefill");
+  vlen->add_option("--model", lva->model, "model folder");
+  vlen->add_option("--config", lva->config, "config.json: random weights");
+  vlen->add_option("--backend", lva->backend, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  vlen->add_option("--weights", lva->weights, "cuda: f32 (default) or bf16 weights")->check(CLI::IsMember({"f32", "bf16"}));
+  vlen->add_option("--tokens", lva->tokens, "prompt tokens (random ids)")->check(CLI::Range(int64_t{2}, int64_t{1} << 31));
+  vlen->add_option("--chunks", lva->chunks, "prefill piece sizes, the first the reference (default 64,17)");
+  vlen->add_option("--tail", lva->tail, "last tokens decoded vs prefilled (0: skip)");
+  vlen->add_option("--head", lva->head, "first tokens decoded vs prefilled (0: skip)");
+  vlen->add_option("--seed", lva->seed, "prompt ids");
+  vlen->add_option("--weight-seed", lva->weight_seed, "random weights (with --config)");
+  vlen->add_option("--page-tokens", lva->page_tokens)->check(CLI::PositiveNumber);
+  vlen->add_option("--kv-cache-dtype", lva->kv_cache_dtype, "cuda: auto (fp32), bf16, fp8, int8");
+  vlen->add_option("--tol-logits", lva->tol_logits, "rel-L2 limit for logits (default 1e-3)");
+  vlen->add_option("--tol-state", lva->tol_state, "rel-L2 limit for KDA states (default 1e-3)");
+  vlen->add_option("--out", lva->out, "also write the JSON report here");
+  vlen->add_flag("--json", lva->json);
+  vlen->callback([lva, runner] {
+    *runner = [lva] {
+      const LengthVerifyArgs& a = *lva;
+      feedback::LengthCheckOptions o;
+      o.tokens = a.tokens;
+      auto chunks = ParseList(a.chunks);
+      if (!chunks) return Fail(chunks.status().WithContext("--chunks"));
+      o.chunks = *chunks;
+      o.tail = a.tail;
+      o.head = a.head;
+      o.seed = a.seed;
+      o.logits_tol = a.tol_logits;
+      o.state_tol = a.tol_state;
+      const int64_t pt = a.page_tokens;
+      const int64_t step = std::max({*std::max_element(o.chunks.begin(), o.chunks.end()), o.tail, o.head});
+      auto kv = ParseKvDtype(a.kv_cache_dtype);
+      if (!kv) return Fail(kv.status().WithContext("--kv-cache-dtype"));
+      if (a.backend != "cuda" && (*kv != KvDtype::kF32 || a.weights != "f32"))
+        return Fail(Status::InvalidArgument("--kv-cache-dtype / --weights bf16 run on --backend cuda"));
+      std::unique_ptr<Model> host;  // the CPU runner's model (or the host weights uploaded); outlives r
+      std::unique_ptr<ModelRunner> r;
+      nlohmann::json meta;
+      if (a.backend == "cuda") {
+#ifdef GYRE_CUDA
+        CudaModelOptions co;
+        co.bf16_weights = a.weights == "bf16";
+        co.max_seqs = 2;
+        co.max_batch_tokens = step;
+        co.page_tokens = pt;
+        co.kv_tokens = feedback::LengthCheckPages(o, pt) * pt;
+        co.max_seq_tokens = (o.tokens + pt - 1) / pt * pt;
+        co.decode_graphs = false;
+        co.seed = a.weight_seed;
+        Result<std::unique_ptr<CudaModel>> m = Status::Internal("unset");
+        if (a.model.empty()) {
+          if (a.config.empty()) return Fail(Status::InvalidArgument("give --model DIR or --config FILE"));
+          auto text = ReadFile(a.config);
+          if (!text) return Fail(text.status());
+          auto cfg = ParseModelConfig(*text);
+          if (!cfg) return Fail(cfg.status().WithContext(a.config));
+          auto p = KvPolicyFromFlags(*cfg, a.kv_cache_dtype, "");
+          if (!p) return Fail(p.status());
+          co.kv_cache = std::move(*p);
+          meta = {{"source", a.config}, {"random_weights_seed", a.weight_seed}, {"config", nlohmann::json::parse(*text)}};
+          m = CudaModel::Random(*cfg, co);
+        } else {
+          auto loaded = Model::Load(a.model);
+          if (!loaded) return Fail(loaded.status());
+          host = std::move(*loaded);
+          auto p = KvPolicyFromFlags(host->config(), a.kv_cache_dtype, "");
+          if (!p) return Fail(p.status());
+          co.kv_cache = std::move(*p);
+          meta = {{"source", a.model}};
+          m = CudaModel::FromHost(host->config(), host->weights(), co);
+        }
+        if (!m) return Fail(m.status());
+        r = std::move(*m);
+#else
+        return Fail(Status::Unimplemented("this gyre was built without CUDA (cmake --preset cuda)"));
+#endif
+      } else {
+        auto m = ModelFrom(a.model, a.config, a.weight_seed, ActDType::kF32, &meta);
+        if (!m) return Fail(m.status());
+        host = std::move(*m);
+        CpuRunnerOptions ro;
+        ro.page_tokens = pt;
+        ro.num_pages = feedback::LengthCheckPages(o, pt);
+        ro.num_slots = 2;
+        ro.max_step_tokens = step;
+        auto cr = CpuRunner::Create(*host, ro);
+        if (!cr) return Fail(cr.status());
+        r = std::move(*cr);
+      }
+      auto rep = feedback::CheckLength(*r, o);
+      if (!rep) return Fail(rep.status());
+      nlohmann::json j = rep->Json();
+      j["model"] = meta;
+      j["weights"] = a.backend == "cuda" ? a.weights : "f32";
+      j["kv_cache_dtype"] = KvDtypeName(*kv);
+      j["page_tokens"] = pt;
+      if (!a.out.empty()) {
+        Status s = WriteOut(a.out, j);
+        if (!s.ok()) return Fail(s);
+      }
+      if (a.json) {
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        std::fputs(rep->Human().c_str(), stdout);
+      }
+      return rep->pass ? 0 : 1;
     };
   });
 

@@ -93,8 +93,25 @@ def main():
                 shorts.append({"at_s": t - t_long, "error": str(e)})
             done.wait(5)
 
+    progress = []  # (seconds since the long request, gyre_prefill_tokens_computed_total, GPU MiB used)
+
+    def poll_loop():
+        while not done.is_set():
+            t = time.time() - t_long
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+                m = re.search(r"^gyre_prefill_tokens_computed_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M)
+                used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                      capture_output=True, text=True, timeout=10).stdout.strip()
+                progress.append((round(t, 2), float(m.group(1)) if m else None, used))
+                json.dump(progress, open(os.path.join(a.out, "progress.json"), "w"))  # survives a kill
+            except Exception as e:  # noqa: BLE001
+                progress.append((round(t, 2), None, str(e)))
+            done.wait(2)
+
     t_long = time.time()
     threading.Thread(target=short_loop, daemon=True).start()
+    threading.Thread(target=poll_loop, daemon=True).start()
     times, text = [], ""
     try:
         r = post({"model": "m", "prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True,
@@ -119,6 +136,17 @@ def main():
         res["error"] = str(e)
     done.set()
     res["short_requests"] = shorts
+    res["prefill_progress"] = progress
+    # When the server had computed 128k / 512k / 1M prefill tokens (first poll at or past each; the
+    # short requests add 64 tokens each, noted in `short_requests`): the prefill time of a prefix.
+    marks = {}
+    for mark in (131072, 262144, 524288, 1048576):
+        if mark > a.tokens:
+            continue
+        hit = next((p for p in progress if p[1] is not None and p[1] >= mark), None)
+        if hit:
+            marks[str(mark)] = {"seconds": hit[0], "tokens_per_s": hit[1] / hit[0] if hit[0] > 0 else None}
+    res["prefill_marks"] = marks
     try:
         res["metrics"] = [l for l in urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
                           .decode().splitlines() if l.startswith("gyre_") and ("kv" in l or "page" in l)][:20]
@@ -132,6 +160,7 @@ def main():
     json.dump(res, open(os.path.join(a.out, "long_context.json"), "w"), indent=2)
     print(json.dumps({k: res.get(k) for k in ("ok", "tokens", "ttft_s", "prefill_tokens_per_s", "error")}))
     print("itl_ms", [round(x, 1) for x in res.get("itl_ms", [])])
+    print("prefill marks", json.dumps(marks))
     print("short requests", [(round(s["at_s"], 1), round(s.get("latency_s", -1), 2)) for s in shorts])
     print("\n".join(res["startup"]))
     return 0 if res["ok"] else 1
