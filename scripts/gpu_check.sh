@@ -171,19 +171,28 @@ if [[ -n "$GYRE" ]] && has_step length; then
     --chunks 1024,333,4096 --tail 80 --head 16 --tol-logits 1e-4 --tol-state 1e-4 --out "$OUT/gpu_length_f32.json" \
     || status=1
   timeout 300 "$GYRE" verify length --backend cuda --model tests/fixtures/glm5_mini --weights bf16 --tokens 6000 \
-    --chunks 1024,333,4096 --tail 80 --head 16 --tol-logits 1e-2 --tol-state 1e-2 --kv-cache-dtype bf16 \
+    --chunks 1024,333,4096 --tail 80 --head 16 --tol-logits 1e-2 --tol-state 1e-2 --tol-worst 5e-2 --kv-cache-dtype bf16 \
     --out "$OUT/gpu_length_bf16.json" || status=1
   echo "== gyre verify ops dsa.select at 1M context (fp64 reference)"
   timeout 300 "$GYRE" verify ops --backend cuda --op dsa.select --seed 22 --json \
-    --shape S=4,T=1048576,M=16,TOPK=2048,IH=32,ID=128,TIES=0 > "$OUT/gpu_select_1m.json" || status=1
+    --shape S=4,T=1048576,M=16,TOPK=2048,IH=32,ID=128 > "$OUT/gpu_select_1m.json" || status=1
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print(f'  {\"ok  \" if c[\"pass\"] else \"FAIL\"} dsa.select {c[\"shape\"]} rel-L2 {c[\"rel_l2\"]} {c[\"error\"]}') for c in r['checks']]" \
     "$OUT/gpu_select_1m.json" || status=1
 fi
 if [[ -n "$GYRE" ]] && has_step longctx; then
-  echo "== gyre verify length at 1,048,576 tokens (4 layers, full width, 32 experts, bf16 weights)"
-  timeout 560 "$GYRE" verify length --backend cuda --config bench/configs/glm5_next_4layer_32experts.json --weights bf16 \
-    --tokens 1048576 --chunks 8192,32768,5000 --tail 64 --head 16 --tol-logits 1e-2 --tol-state 1e-2 \
-    --out "$OUT/gpu_length_1m.json" || status=1
+  # GYRE_LONGCTX_WEIGHTS=bf16 (default): three chunkings, ~2 min on an H100. f32: the exact path
+  # (FFMA GEMMs and attention, fp32 cache), one chunking, ~4 min.
+  if [[ "${GYRE_LONGCTX_WEIGHTS:-bf16}" == f32 ]]; then
+    echo "== gyre verify length at 1,048,576 tokens (4 layers, full width, 32 experts, fp32 weights)"
+    timeout 330 "$GYRE" verify length --backend cuda --config bench/configs/glm5_next_4layer_32experts.json --weights f32 \
+      --tokens 1048576 --chunks 8192 --tail 64 --head 0 --tol-logits 1e-4 --tol-state 1e-4 --tol-worst 1e-3 \
+      --out "$OUT/gpu_length_1m_f32.json" || status=1
+  else
+    echo "== gyre verify length at 1,048,576 tokens (4 layers, full width, 32 experts, bf16 weights)"
+    timeout 560 "$GYRE" verify length --backend cuda --config bench/configs/glm5_next_4layer_32experts.json --weights bf16 \
+      --tokens 1048576 --chunks 8192,32768,5000 --tail 64 --head 16 --tol-logits 1e-2 --tol-state 1e-2 --tol-worst 0.5 \
+      --out "$OUT/gpu_length_1m.json" || status=1
+  fi
 fi
 
 # ---- 2c. the trained model's held-out perplexity on both engines (gyre eval) ----

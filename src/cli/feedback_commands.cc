@@ -137,7 +137,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   vops->add_option("--backend", va->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   vops->add_option("--seed", va->seed, "input seed (default: random, printed)");
   vops->add_option("--shape", va->shape,
-                   "with --op: check this shape only, e.g. S=4,T=1048576,M=16,TOPK=2048,IH=32,ID=128,TIES=0 (the op's "
+                   "with --op: check this shape only, e.g. S=4,T=1048576,M=16,TOPK=2048,IH=32,ID=128 (the op's "
                    "largest shape fills unnamed dims)");
   vops->add_flag("--json", va->json);
   vops->callback([va, runner] {
@@ -213,7 +213,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
     std::string model, config, backend = "cpu", weights = "f32", chunks = "64,17", kv_cache_dtype = "auto", out;
     int64_t tokens = 512, tail = 32, head = 16, page_tokens = 64;
     uint64_t seed = 22, weight_seed = 1;
-    double tol_logits = 1e-3, tol_state = 1e-3;
+    double tol_logits = 1e-3, tol_state = 1e-3, tol_worst = -1;
     bool json = false;
   };
   auto lva = std::make_shared<LengthVerifyArgs>();
@@ -233,6 +233,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   vlen->add_option("--kv-cache-dtype", lva->kv_cache_dtype, "cuda: auto (fp32), bf16, fp8, int8");
   vlen->add_option("--tol-logits", lva->tol_logits, "rel-L2 limit for logits (default 1e-3)");
   vlen->add_option("--tol-state", lva->tol_state, "rel-L2 limit for KDA states (default 1e-3)");
+  vlen->add_option("--tol-worst", lva->tol_worst, "rel-L2 limit for the worst decoded row (default: --tol-logits)");
   vlen->add_option("--out", lva->out, "also write the JSON report here");
   vlen->add_flag("--json", lva->json);
   vlen->callback([lva, runner] {
@@ -248,6 +249,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       o.seed = a.seed;
       o.logits_tol = a.tol_logits;
       o.state_tol = a.tol_state;
+      o.worst_tol = a.tol_worst >= 0 ? a.tol_worst : a.tol_logits;
       const int64_t pt = a.page_tokens;
       const int64_t step = std::max({*std::max_element(o.chunks.begin(), o.chunks.end()), o.tail, o.head});
       auto kv = ParseKvDtype(a.kv_cache_dtype);

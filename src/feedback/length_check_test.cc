@@ -72,6 +72,7 @@ LengthCheckOptions Options() {
   o.tail = 23;  // 277 = 4 pages of 64 + 21: the partial page is copied
   o.head = 9;
   o.logits_tol = 1e-5;  // fp32 CPU: summation order only
+  o.worst_tol = 1e-5;
   o.state_tol = 1e-5;
   return o;
 }

@@ -942,7 +942,7 @@ std::vector<OpSpec> BuildRegistry() {
                                   {S({{"S", 1}, {"T", 1}, {"M", 4}, {"TOPK", 8}, {"TIES", 0}}),
                                    S({{"S", 30}, {"T", 30}, {"M", 4}, {"TOPK", 8}, {"TIES", 0}}),
                                    S({{"S", 20}, {"T", 200}, {"M", 4}, {"TOPK", 16}, {"TIES", 1}}),
-                                   S({{"S", 10}, {"T", 300}, {"M", 16}, {"TOPK", 64}, {"TIES", 0}})}));
+                                   S({{"S", 10}, {"T", 300}, {"M", 16}, {"TOPK", 64}, {"TIES", 0}, {"IH", 4}, {"ID", 16}})}));
   r.push_back(MakeSpec<RouteOp>("moe.route", "exact ids, fp32 weights", 1e-6,
                                 {S({{"N", 1}, {"E", 16}, {"K", 4}, {"G", 1}, {"HOT", 0}, {"TIES", 0}}),
                                  S({{"N", 64}, {"E", 288}, {"K", 8}, {"G", 1}, {"HOT", 0}, {"TIES", 0}}),
