@@ -60,7 +60,8 @@ cd "$ROOT"
 COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), length (gyre verify length on glm5_mini, dsa.select at
-# 1M context), longctx (opt-in, not in the default: verify length at 1M tokens, ~5 min), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# 1M context), longctx (opt-in, not in the default: verify length at 1M tokens, ~2 min), longserve (opt-in: a 1M-token
+# request through gyre serve on the full-depth model, H200), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
 STEPS=${GYRE_CHECK_STEPS:-verify,model,length,quant,kvcache,eval,trace,engine,devcomm,tp,disagg,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
@@ -193,6 +194,14 @@ if [[ -n "$GYRE" ]] && has_step longctx; then
       --tokens 1048576 --chunks 8192,32768,5000 --tail 64 --head 16 --tol-logits 1e-2 --tol-state 1e-2 --tol-worst 0.5 \
       --out "$OUT/gpu_length_1m.json" || status=1
   fi
+fi
+
+# Opt-in `longserve`: one request of GYRE_LONG_TOKENS (default 1,048,576) through `gyre serve` on the
+# full-depth 32-expert config with a bf16 DSA cache (tools/gpu/long_context.py; needs an H200).
+if [[ -n "$GYRE" ]] && has_step longserve; then
+  echo "== tools/gpu/long_context.py: ${GYRE_LONG_TOKENS:-1048576} tokens through gyre serve (full depth, 32 experts)"
+  timeout 580 python3 tools/gpu/long_context.py "$GYRE" "$OUT/long_context" --tokens "${GYRE_LONG_TOKENS:-1048576}" \
+    --kv-cache-dtype bf16 --timeout 540 || status=1
 fi
 
 # ---- 2c. the trained model's held-out perplexity on both engines (gyre eval) ----
