@@ -191,7 +191,8 @@ if [[ -n "$GYRE" ]] && has_step longctx; then
   else
     echo "== gyre verify length at 1,048,576 tokens (4 layers, full width, 32 experts, bf16 weights)"
     timeout 560 "$GYRE" verify length --backend cuda --config bench/configs/glm5_next_4layer_32experts.json --weights bf16 \
-      --tokens 1048576 --chunks 8192,32768,5000 --tail 64 --head 16 --tol-logits 1e-2 --tol-state 1e-2 --tol-worst 0.5 \
+      --tokens 1048576 --chunks "${GYRE_LONGCTX_CHUNKS:-8192,32768,5000}" --tail 64 --head 16 --tol-logits 1e-2 \
+      --tol-state 1e-2 --tol-worst 0.5 \
       --out "$OUT/gpu_length_1m.json" || status=1
   fi
 fi
