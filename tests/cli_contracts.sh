@@ -200,6 +200,18 @@ fi
 # vLLM launch-line habits: refused flags say what to use and exit 2 before anything loads.
 v=$("$GYRE" --version) && [[ "$v" == gyre\ * ]] && pass "--version" || fail "--version: '$v'"
 expect_fail "verify parallel: cuda-only flags on cpu" 2 "need --backend cuda" -- "$GYRE" verify parallel --plan tp=2 --inject-fault
+expect_fail "verify ops: --shape without --op" 2 "needs --op" -- "$GYRE" verify ops --shape T=4
+expect_fail "verify ops: --shape names an unknown dim" 2 "no dimension 'Q'" -- "$GYRE" verify ops --op dsa.select --shape Q=4
+expect_fail "verify length: no model" 2 "--model DIR or --config FILE" -- "$GYRE" verify length --tokens 100
+expect_fail "verify length: bad chunk list" 2 "--chunks" -- "$GYRE" verify length --model "$FX/glm5_tiny" --chunks 64,x
+expect_fail "verify length: bf16 weights on cpu" 2 "need --backend cuda" -- "$GYRE" verify length --model "$FX/glm5_tiny" --weights bf16
+expect_fail "verify length: tail >= tokens" 1 "tail < tokens" -- "$GYRE" verify length --model "$FX/glm5_tiny" --tokens 40 --tail 40
+if out=$("$GYRE" verify length --model "$FX/kimi_tiny" --tokens 200 --chunks 64,7 --tail 30 --head 5 --json) &&
+   grep -q '^  "pass": true' <<<"$out" && [[ $(grep -c '"chunk":' <<<"$out") == 2 ]]; then
+  pass "verify length on the cpu (kimi_tiny, 200 tokens)"
+else
+  fail "verify length on the cpu: $out"
+fi
 expect_fail "verify parallel --backend cuda: cp plan refused" 2 "tp=N, ep=N or pp=N" -- "$GYRE" verify parallel --backend cuda --plan cp=2
 expect_fail "verify parallel --backend cuda: tp=0 refused" 2 "tp=N, ep=N or pp=N" -- "$GYRE" verify parallel --backend cuda --plan tp=0
 expect_fail "serve -tp 2 on the cpu backend refused" 2 "runs on --backend cuda" -- "$GYRE" serve -tp 2

@@ -54,6 +54,12 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// A refused command line: the message on stderr, exit status 2 (nothing was loaded or run).
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return 2;
+}
+
 Result<std::vector<int64_t>> ParseList(const std::string& text) {
   std::vector<int64_t> v;
   std::stringstream ss(text);
@@ -150,10 +156,10 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       }
       std::vector<ops::OpSpec> list;  // empty: the registry
       if (!va->shape.empty()) {
-        if (va->op.empty()) return Fail(Status::InvalidArgument("--shape needs --op"));
+        if (va->op.empty()) return Usage("gyre verify ops: --shape needs --op");
         ops::OpSpec one = *ops::FindOp(va->op);
         auto shape = ops::ParseShape(one, va->shape);
-        if (!shape) return Fail(shape.status().WithContext("--shape"));
+        if (!shape) return Usage("gyre verify ops: --shape: " + shape.status().message());
         shape->tolerance = 0;  // the op's tolerance class, not a calibration of another shape
         one.shapes = {*shape};
         list.push_back(std::move(one));
@@ -241,8 +247,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       const LengthVerifyArgs& a = *lva;
       feedback::LengthCheckOptions o;
       o.tokens = a.tokens;
+      if (a.model.empty() == a.config.empty()) return Usage("gyre verify length: give one of --model DIR or --config FILE");
       auto chunks = ParseList(a.chunks);
-      if (!chunks) return Fail(chunks.status().WithContext("--chunks"));
+      if (!chunks) return Usage("gyre verify length: --chunks: " + chunks.status().message());
       o.chunks = *chunks;
       o.tail = a.tail;
       o.head = a.head;
@@ -253,9 +260,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       const int64_t pt = a.page_tokens;
       const int64_t step = std::max({*std::max_element(o.chunks.begin(), o.chunks.end()), o.tail, o.head});
       auto kv = ParseKvDtype(a.kv_cache_dtype);
-      if (!kv) return Fail(kv.status().WithContext("--kv-cache-dtype"));
+      if (!kv) return Usage("gyre verify length: --kv-cache-dtype: " + kv.status().message());
       if (a.backend != "cuda" && (*kv != KvDtype::kF32 || a.weights != "f32"))
-        return Fail(Status::InvalidArgument("--kv-cache-dtype / --weights bf16 run on --backend cuda"));
+        return Usage("gyre verify length: --kv-cache-dtype and --weights bf16 need --backend cuda");
       std::unique_ptr<Model> host;  // the CPU runner's model (or the host weights uploaded); outlives r
       std::unique_ptr<ModelRunner> r;
       nlohmann::json meta;
