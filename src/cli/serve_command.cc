@@ -57,6 +57,7 @@ struct ServeArgs {
   int64_t max_num_seqs = EngineOptions{}.max_num_seqs;
   std::string kv_memory = "256M";
   int64_t max_num_batched_tokens = EngineOptions{}.max_num_batched_tokens;
+  int64_t long_prefill_token_threshold = -1;  // -1: half of max_num_batched_tokens
   int64_t kv_page_tokens = EngineOptions{}.kv_page_tokens;
   int64_t max_waiting = EngineOptions{}.max_waiting;
   int64_t max_model_len = 0;
@@ -358,6 +359,9 @@ int RunServe(ServeArgs a) {
   eo.kv_page_tokens = a.kv_page_tokens;
   eo.kv_memory_bytes = *kv_bytes;
   eo.max_num_batched_tokens = a.max_num_batched_tokens;
+  eo.long_prefill_token_threshold = a.long_prefill_token_threshold >= 0
+                                        ? a.long_prefill_token_threshold
+                                        : std::max<int64_t>(1, a.max_num_batched_tokens / 2);
   eo.max_waiting = a.max_waiting;
   eo.max_model_len = *max_model_len;
   eo.max_model_len_cap = config.max_position_embeddings;
@@ -635,6 +639,10 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--kv-memory", args->kv_memory, "latent KV-cache budget in bytes (suffixes K, M, G; default 256M)");
   s->add_option("--max-num-batched-tokens", args->max_num_batched_tokens, "token budget per engine step")
       ->check(CLI::PositiveNumber);
+  s->add_option("--long-prefill-token-threshold", args->long_prefill_token_threshold,
+                "while a request waits, cap a running prefill's piece at N tokens so the waiting one starts "
+                "(default: half of --max-num-batched-tokens; 0: off)")
+      ->check(CLI::NonNegativeNumber);
   s->add_option("--kv-page-tokens", args->kv_page_tokens, "tokens per KV page")->check(CLI::PositiveNumber);
   s->add_option("--max-waiting", args->max_waiting, "queue bound; beyond it requests get 429")
       ->check(CLI::PositiveNumber);

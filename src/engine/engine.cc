@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -470,11 +471,17 @@ class EngineImpl final : public Engine {
     // the token collected last), or one decode token whose id is the sample still in flight.
     // Returns false when it has nothing to run now (its last allowed sample is in flight).
     bool admitting = false;  // (admission sizes the first piece itself: never a verify piece there)
+    // Prefill pieces of running requests give way to waiting ones (long_prefill_token_threshold).
+    int64_t piece_cap = std::numeric_limits<int64_t>::max();
+    if (opts_.long_prefill_token_threshold > 0 && !waiting_.empty() && slots_.num_free() > 0)
+      piece_cap = opts_.long_prefill_token_threshold;
     auto next_piece = [&](Request* r, StepPiece* p) {
       const int64_t known = static_cast<int64_t>(r->tokens.size());
       const bool prev = r->num_scheduled >= known;
       if (prev && r->pending == 0) return false;  // (cannot happen: nothing to run)
-      const int64_t n = prev ? 1 : std::min({known - r->num_scheduled, budget, NextCut(*r, r->num_scheduled) - r->num_scheduled});
+      const int64_t n = prev ? 1
+                             : std::min({known - r->num_scheduled, budget, NextCut(*r, r->num_scheduled) - r->num_scheduled,
+                                         admitting ? std::numeric_limits<int64_t>::max() : piece_cap});
       const bool samples = r->num_scheduled + n == known + r->pending;
       if (samples && r->num_generated() + r->pending >= MaxTokens(*r)) return false;
       // A constrained request's mask depends on its previous token: never launched ahead of it.
@@ -509,25 +516,36 @@ class EngineImpl final : public Engine {
       }
       return true;
     };
-    // 1. Running requests, oldest first. A request that cannot get a page preempts the newest
-    //    running request (possibly itself).
-    for (size_t i = 0; i < running_.size() && budget > 0 && sched.size() < max_pieces;) {
-      Request* r = running_[i].get();
-      StepPiece p;
-      if (!next_piece(r, &p)) {
+    // 1. Running requests, oldest first: first those decoding (at most one known token left to
+    //    run), then those prefilling, so that an older request's long prefill cannot take the
+    //    budget from newer requests' decode tokens. A request that cannot get a page preempts the
+    //    newest running request (possibly itself) unless that one already has a piece in this
+    //    step; then it waits for a later step.
+    auto in_step = [&](const Request* q) { return std::find(sched.begin(), sched.end(), q) != sched.end(); };
+    for (const bool decodes : {true, false}) {
+      for (size_t i = 0; i < running_.size() && budget > 0 && sched.size() < max_pieces;) {
+        Request* r = running_[i].get();
+        const bool decoding = r->num_scheduled + 1 >= static_cast<int64_t>(r->tokens.size());
+        StepPiece p;
+        if (decoding != decodes || in_step(r) || !next_piece(r, &p)) {
+          ++i;
+          continue;
+        }
+        const int64_t n = static_cast<int64_t>(p.ids.size());
+        if (!HaveFreePages(PagesFor(r->num_scheduled + n) - static_cast<int64_t>(r->pages.size()))) {
+          if (in_step(running_.back().get())) {
+            ++i;
+            continue;
+          }
+          PreemptNewest();
+          continue;  // retry the same index (the list shrank from the back)
+        }
+        Grow(*r, r->num_scheduled + n);
+        sched.push_back(r);
+        pieces.push_back(p);
+        budget -= n;
         ++i;
-        continue;
       }
-      const int64_t n = static_cast<int64_t>(p.ids.size());
-      if (!HaveFreePages(PagesFor(r->num_scheduled + n) - static_cast<int64_t>(r->pages.size()))) {
-        PreemptNewest();
-        continue;  // retry the same index (the list shrank from the back)
-      }
-      Grow(*r, r->num_scheduled + n);
-      sched.push_back(r);
-      pieces.push_back(p);
-      budget -= n;
-      ++i;
     }
     // 2. Admit waiting requests FCFS while a slot, pages and budget allow.
     while (budget > 0 && !waiting_.empty() && sched.size() < max_pieces) {

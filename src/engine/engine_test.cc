@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <algorithm>
@@ -218,7 +219,10 @@ class WatchingRunner final : public ModelRunner {
   RunnerCapacity capacity() const override { return inner_.capacity(); }
   std::string backend() const override { return "watch:" + inner_.backend(); }
   Status Launch(std::span<const StepPiece> pieces, bool want_logits) override {
+    if (before_launch) before_launch();
     int64_t step_tokens = 0;
+    steps.emplace_back();
+    for (const StepPiece& p : pieces) steps.back().push_back(static_cast<int64_t>(p.ids.size()));
     for (const StepPiece& p : pieces) {
       step_tokens += static_cast<int64_t>(p.ids.size());
       const bool prev = p.ids.size() == 1 && p.ids[0] == kPrevToken;
@@ -252,6 +256,8 @@ class WatchingRunner final : public ModelRunner {
   }
   int64_t saves = 0, restores = 0;
   int outstanding = 0, max_outstanding = 0;
+  std::function<void()> before_launch;  // called first in Launch (on the engine thread)
+  std::vector<std::vector<int64_t>> steps;  // tokens per piece of every step, in launch order
   int64_t prev_pieces = 0, masked_pieces = 0, masked_prev_pieces = 0;
   int64_t max_step_tokens = 0;  // the most tokens (ids of all pieces) one Launch carried
 
@@ -350,6 +356,82 @@ TEST_P(EngineOnRunner, StepsStayWithinTheTokenBudget) {
   engine->Stop();
   for (auto& s : sinks) EXPECT_EQ(s->ids.size(), 4u);
   EXPECT_EQ(watch.max_step_tokens, 16);  // full steps while prompts wait, none above the budget
+}
+
+// A request that arrives during a long chunked prefill starts at the next step when
+// long_prefill_token_threshold caps the running prefill's pieces while it waits; with the cap off
+// it waits for the whole prefill (what the 1M-token serving run showed on the H200: a 64-token
+// request sent 5 s into the long prefill was answered 268 s later).
+TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
+  auto model = MakeModel();
+  for (int64_t threshold : {int64_t{4}, int64_t{0}}) {
+    SCOPED_TRACE("threshold " + std::to_string(threshold));
+    EngineOptions eo;
+    eo.max_num_seqs = 2;
+    eo.max_num_batched_tokens = 16;
+    eo.long_prefill_token_threshold = threshold;
+    WatchedEngine w(GetParam(), *model, eo);
+    ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+    // The engine thread waits in its first Launch (the long request's first piece) until the
+    // short request is queued, so the short one arrives during the long prefill on every run.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, release = false;
+    w.watch->before_launch = [&] {
+      std::unique_lock<std::mutex> l(mu);
+      if (entered) return;
+      entered = true;
+      cv.notify_all();
+      cv.wait(l, [&] { return release; });
+    };
+    struct Ordered : Collector {
+      std::atomic<int>* counter = nullptr;
+      int rank = -1;
+      void OnFinish(FinishReason r, const Status& st, const Usage& u) override {
+        rank = (*counter)++;
+        Collector::OnFinish(r, st, u);
+      }
+    };
+    std::atomic<int> finished{0};
+    auto long_sink = std::make_shared<Ordered>(), short_sink = std::make_shared<Ordered>();
+    long_sink->counter = short_sink->counter = &finished;
+    RequestParams lp;
+    lp.prompt = Ids(600, 41);  // 38 steps of 16 tokens
+    lp.max_tokens = 1;
+    lp.ignore_eos = true;
+    ASSERT_TRUE(w.engine->Submit(lp, long_sink).ok());
+    {
+      std::unique_lock<std::mutex> l(mu);
+      ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return entered; }));
+    }
+    RequestParams sp;
+    sp.prompt = Ids(5, 42);
+    sp.max_tokens = 2;
+    sp.ignore_eos = true;
+    ASSERT_TRUE(w.engine->Submit(sp, short_sink).ok());
+    {
+      std::lock_guard<std::mutex> l(mu);
+      release = true;
+    }
+    cv.notify_all();
+    long_sink->Wait();
+    short_sink->Wait();
+    w.engine->Stop();
+    EXPECT_EQ(long_sink->ids.size(), 1u);
+    EXPECT_EQ(short_sink->ids.size(), 2u);
+    std::string trace;
+    for (size_t i = 0; i < std::min<size_t>(w.watch->steps.size(), 6); ++i) {
+      trace += " [";
+      for (int64_t n : w.watch->steps[i]) trace += std::to_string(n) + " ";
+      trace += "]";
+    }
+    SCOPED_TRACE("first steps:" + trace);
+    if (threshold > 0) {
+      EXPECT_EQ(short_sink->rank, 0) << "the short request waited for the long prefill";
+    } else {
+      EXPECT_EQ(long_sink->rank, 0) << "without the cap the long prefill keeps the whole budget";
+    }
+  }
 }
 
 // A constraint whose allowed set depends on the previous token: after token t only
