@@ -521,19 +521,21 @@ class EngineImpl final : public Engine {
     //    budget from newer requests' decode tokens. A request that cannot get a page preempts the
     //    newest running request (possibly itself) unless that one already has a piece in this
     //    step; then it waits for a later step.
-    auto in_step = [&](const Request* q) { return std::find(sched.begin(), sched.end(), q) != sched.end(); };
+    // in_step[i]: running_[i] has a piece in this step (preemption only pops from the back, so
+    // indices stay valid).
+    std::vector<char> in_step(running_.size(), 0);
     for (const bool decodes : {true, false}) {
       for (size_t i = 0; i < running_.size() && budget > 0 && sched.size() < max_pieces;) {
         Request* r = running_[i].get();
         const bool decoding = r->num_scheduled + 1 >= static_cast<int64_t>(r->tokens.size());
         StepPiece p;
-        if (decoding != decodes || in_step(r) || !next_piece(r, &p)) {
+        if (decoding != decodes || in_step[i] || !next_piece(r, &p)) {
           ++i;
           continue;
         }
         const int64_t n = static_cast<int64_t>(p.ids.size());
         if (!HaveFreePages(PagesFor(r->num_scheduled + n) - static_cast<int64_t>(r->pages.size()))) {
-          if (in_step(running_.back().get())) {
+          if (in_step[running_.size() - 1]) {
             ++i;
             continue;
           }
@@ -543,6 +545,7 @@ class EngineImpl final : public Engine {
         Grow(*r, r->num_scheduled + n);
         sched.push_back(r);
         pieces.push_back(p);
+        in_step[i] = 1;
         budget -= n;
         ++i;
       }

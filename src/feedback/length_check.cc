@@ -7,6 +7,9 @@
 #include <random>
 #include <sstream>
 
+#include "ops/basic.h"
+#include "ops/sampling.h"
+
 namespace gyre::feedback {
 
 namespace {
@@ -17,27 +20,12 @@ double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-struct Diff {
-  double rel_l2 = 0, max_abs = 0;
-};
-
-// rel-L2 of a against ref in double; a NaN anywhere gives NaN (so a comparison fails).
-Diff Compare(const float* a, const float* ref, int64_t n) {
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-    if (!(std::fabs(d) <= mx)) mx = std::fabs(d);  // NaN propagates
-  }
-  Diff r;
-  r.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  if (std::isnan(num)) r.rel_l2 = std::nan("");
-  r.max_abs = mx;
-  return r;
+// rel-L2 and max |diff| of n values against ref (ops::Compare: a NaN on either side fails a gate).
+ops::Diff Compare(const float* a, const float* ref, int64_t n) {
+  return ops::Compare(std::span<const float>(a, static_cast<size_t>(n)), std::span<const float>(ref, static_cast<size_t>(n)));
 }
 
-int64_t Argmax(const float* row, int64_t v) { return std::max_element(row, row + v) - row; }
+int64_t Argmax(const float* row, int64_t v) { return ops::Argmax(std::span<const float>(row, static_cast<size_t>(v))); }
 
 std::vector<float> AsFloats(const std::vector<std::byte>& b) {
   std::vector<float> f(b.size() / sizeof(float));
@@ -47,8 +35,7 @@ std::vector<float> AsFloats(const std::vector<std::byte>& b) {
 
 // One step of one piece, waited for; `logits` (may be null) gets the rows the piece asks for.
 Status RunPiece(ModelRunner& r, const StepPiece& p, std::vector<float>* logits) {
-  GYRE_RETURN_IF_ERROR(r.Launch(std::span<const StepPiece>(&p, 1), logits != nullptr));
-  return r.Collect(nullptr, logits);
+  return r.Step(std::span<const StepPiece>(&p, 1), nullptr, logits);
 }
 
 // Prefill ids[from, to) of the sequence in `slot` (its first `from` tokens already there) in pieces
@@ -124,7 +111,7 @@ Result<LengthCheckReport> CheckLength(ModelRunner& r, const LengthCheckOptions& 
       ref_logits = logits;
       ref_state = st;
     }
-    const Diff dl = Compare(logits.data(), ref_logits.data(), V), ds = Compare(st.data(), ref_state.data(), st.size());
+    const ops::Diff dl = Compare(logits.data(), ref_logits.data(), V), ds = Compare(st.data(), ref_state.data(), st.size());
     row.logits_rel_l2 = dl.rel_l2, row.logits_max_abs = dl.max_abs;
     row.state_rel_l2 = ds.rel_l2, row.state_max_abs = ds.max_abs;
     row.argmax_same = Argmax(logits.data(), V) == Argmax(ref_logits.data(), V);
@@ -138,7 +125,7 @@ Result<LengthCheckReport> CheckLength(ModelRunner& r, const LengthCheckOptions& 
   // Compares an all-logits piece (`piece`, n rows) with n decode steps' rows (`steps`).
   auto compare_rows = [&](LengthDecodeRow& d, const std::vector<float>& piece, const std::vector<float>& steps) {
     for (int64_t j = 0; j < d.n; ++j) {
-      const Diff dj = Compare(&steps[j * V], &piece[j * V], V);
+      const ops::Diff dj = Compare(&steps[j * V], &piece[j * V], V);
       d.row_rel_l2.push_back(dj.rel_l2);
       if (!(dj.rel_l2 <= d.worst_rel_l2)) d.worst_rel_l2 = dj.rel_l2;
       d.argmax_agree += Argmax(&steps[j * V], V) == Argmax(&piece[j * V], V);
