@@ -199,12 +199,15 @@ if [[ -n "$GYRE" ]] && has_step longctx; then
   fi
 fi
 
-# Opt-in `longserve`: one request of GYRE_LONG_TOKENS (default 1,048,576) through `gyre serve` on the
-# full-depth 32-expert config with a bf16 DSA cache (tools/gpu/long_context.py; needs an H200);
-# GYRE_LONG_CONFIG names another config (e.g. bench/configs/glm5_next_4layer_32experts.json, any GPU).
+# Opt-in `longserve`: one request of GYRE_LONG_TOKENS (default 1,048,576; a comma list sends several
+# at once, GYRE_LONG_STAGGER_S apart, each generating GYRE_LONG_MAX_NEW tokens) through `gyre serve`
+# on the full-depth 32-expert config with a bf16 DSA cache (tools/gpu/long_context.py; needs an
+# H200); GYRE_LONG_CONFIG names another config (e.g. bench/configs/glm5_next_4layer_32experts.json,
+# any GPU).
 if [[ -n "$GYRE" ]] && has_step longserve; then
-  echo "== tools/gpu/long_context.py: ${GYRE_LONG_TOKENS:-1048576} tokens through gyre serve (full depth, 32 experts)"
+  echo "== tools/gpu/long_context.py: ${GYRE_LONG_TOKENS:-1048576} tokens through gyre serve (${GYRE_LONG_CONFIG:-full depth, 32 experts})"
   timeout 580 python3 tools/gpu/long_context.py "$GYRE" "$OUT/long_context" --tokens "${GYRE_LONG_TOKENS:-1048576}" \
+    --stagger-s "${GYRE_LONG_STAGGER_S:-0}" --max-new "${GYRE_LONG_MAX_NEW:-16}" \
     --kv-cache-dtype bf16 --timeout 540 --config "${GYRE_LONG_CONFIG:-bench/configs/glm5_next_fulldepth_32experts.json}" \
     || status=1
 fi

@@ -158,6 +158,22 @@ MUTATIONS = [
          B + "/gyre gate bench/gates/cpu_engine_load.json --repeats 3"],
         "admitted prompts are not charged to the step's token budget"),
     Mutation(
+        "engine_long_prefill_uncapped", SCHED, "src/engine/engine.cc",
+        "if ((!waiting_.empty() && slots_.num_free() > 0) || prefilling > 1) piece_cap = opts_.long_prefill_token_threshold;",
+        "if (false) piece_cap = opts_.long_prefill_token_threshold;",
+        ["gyre", "test_feedback"],
+        [B + "/test_feedback --gtest_filter=EngineScenario.*",
+         B + "/gyre gate bench/gates/cpu_engine_load.json --repeats 3"],
+        "a running long prefill keeps the whole step budget while a short request waits (issue 22's starvation)"),
+    Mutation(
+        "engine_prefill_before_decode", SCHED, "src/engine/engine.cc",
+        "    for (const bool decodes : {true, false}) {",
+        "    for (const bool decodes : {false, true}) {",
+        ["gyre", "test_feedback"],
+        [B + "/test_feedback --gtest_filter=EngineScenario.*",
+         B + "/gyre gate bench/gates/cpu_engine_load.json --repeats 3"],
+        "running requests' prefill pieces are scheduled before their decode tokens"),
+    Mutation(
         "engine_cancel_unlocked", LOCK, "src/engine/engine.cc",
         "      std::lock_guard<std::mutex> l(mu_);\n      cancels_.push_back(id);",
         "      cancels_.push_back(id);",

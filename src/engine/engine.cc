@@ -471,10 +471,16 @@ class EngineImpl final : public Engine {
     // the token collected last), or one decode token whose id is the sample still in flight.
     // Returns false when it has nothing to run now (its last allowed sample is in flight).
     bool admitting = false;  // (admission sizes the first piece itself: never a verify piece there)
-    // Prefill pieces of running requests give way to waiting ones (long_prefill_token_threshold).
+    // Prefill pieces of running requests give way to waiting ones and to each other
+    // (long_prefill_token_threshold): capped while a request waits with a slot free, or while more
+    // than one running request still has prompt to prefill (a short request admitted with part of
+    // its prompt would otherwise wait behind an older long prefill until it ends).
     int64_t piece_cap = std::numeric_limits<int64_t>::max();
-    if (opts_.long_prefill_token_threshold > 0 && !waiting_.empty() && slots_.num_free() > 0)
-      piece_cap = opts_.long_prefill_token_threshold;
+    if (opts_.long_prefill_token_threshold > 0) {
+      int64_t prefilling = 0;
+      for (const auto& r : running_) prefilling += r->num_scheduled + 1 < static_cast<int64_t>(r->tokens.size());
+      if ((!waiting_.empty() && slots_.num_free() > 0) || prefilling > 1) piece_cap = opts_.long_prefill_token_threshold;
+    }
     auto next_piece = [&](Request* r, StepPiece* p) {
       const int64_t known = static_cast<int64_t>(r->tokens.size());
       const bool prev = r->num_scheduled >= known;

@@ -129,11 +129,12 @@ struct EngineOptions {
   int64_t kv_page_tokens = 16;           // tokens per DSA/MLA latent-cache page
   int64_t kv_memory_bytes = 256 << 20;   // budget of the paged latent cache (all layers)
   int64_t max_num_batched_tokens = 256;  // per-step token budget (prefill chunks + decodes)
-  // While a request waits for admission (and a slot is free), a running request's prefill piece is
-  // capped at this many tokens, so that the rest of the step's budget admits the waiting one: a
-  // short request that arrives during a long chunked prefill starts at the next step instead of
-  // after the whole prefill (vLLM's --long-prefill-token-threshold, applied only while someone
-  // waits, so a lone long prefill keeps the full budget). 0: off.
+  // While a request waits for admission (and a slot is free), or while more than one running
+  // request still has prompt to prefill, a running request's prefill piece is capped at this many
+  // tokens, so that the rest of the step's budget admits the waiting one or prefills the others:
+  // a short request that arrives during a long chunked prefill starts at the next step instead of
+  // after the whole prefill (vLLM's --long-prefill-token-threshold, applied only under contention,
+  // so a lone long prefill keeps the full budget). 0: off.
   int64_t long_prefill_token_threshold = 0;
   int64_t max_waiting = 256;             // queue bound; beyond it Submit returns ResourceExhausted
   int64_t max_model_len = 0;             // 0: derived from the KV budget (and capped by max_model_len_cap)

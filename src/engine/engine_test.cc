@@ -361,11 +361,13 @@ TEST_P(EngineOnRunner, StepsStayWithinTheTokenBudget) {
 // A request that arrives during a long chunked prefill starts at the next step when
 // long_prefill_token_threshold caps the running prefill's pieces while it waits; with the cap off
 // it waits for the whole prefill (what the 1M-token serving run showed on the H200: a 64-token
-// request sent 5 s into the long prefill was answered 268 s later).
+// request sent 5 s into the long prefill was answered 268 s later). A 20-token short prompt does
+// not fit the first step's leftover budget (16 - 4): once admitted it is itself a running prefill,
+// and the cap must stay on while two requests prefill, or it waits behind the older long one.
 TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
   auto model = MakeModel();
-  for (int64_t threshold : {int64_t{4}, int64_t{0}}) {
-    SCOPED_TRACE("threshold " + std::to_string(threshold));
+  for (const auto& [threshold, short_len] : {std::pair<int64_t, int>{4, 5}, {4, 20}, {0, 5}}) {
+    SCOPED_TRACE("threshold " + std::to_string(threshold) + ", short prompt " + std::to_string(short_len));
     EngineOptions eo;
     eo.max_num_seqs = 2;
     eo.max_num_batched_tokens = 16;
@@ -405,7 +407,7 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
       ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return entered; }));
     }
     RequestParams sp;
-    sp.prompt = Ids(5, 42);
+    sp.prompt = Ids(short_len, 42);
     sp.max_tokens = 2;
     sp.ignore_eos = true;
     ASSERT_TRUE(w.engine->Submit(sp, short_sink).ok());

@@ -77,6 +77,8 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
   const int64_t decode_prompt_len = spec.value("decode_prompt_len", 16), decode_tokens = spec.value("decode_tokens", 64);
   const int64_t prompt_len = spec.value("prompt_len", 256), max_tokens = spec.value("max_tokens", 8);
   const int64_t arrival_ms = spec.value("arrival_ms", 0), cancel_every = spec.value("cancel_every", 0);
+  const int64_t long_prompts = spec.value("long_prompts", 0), long_prompt_len = spec.value("long_prompt_len", 2048);
+  const int64_t long_max_tokens = spec.value("long_max_tokens", 2);
   if (decodes < 0 || prompts < 0 || decodes + prompts < 1)
     return Status::InvalidArgument("engine_load: needs decodes >= 1 or prompts >= 1 (and neither negative)");
   if (decode_prompt_len < 1 || decode_tokens < 2 || prompt_len < 1 || max_tokens < 1 || arrival_ms < 0 ||
@@ -84,9 +86,17 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     return Status::InvalidArgument(
         "engine_load: decode_prompt_len, prompt_len, max_tokens >= 1, decode_tokens >= 2, arrival_ms and "
         "cancel_every >= 0");
+  if (long_prompts < 0 || long_prompt_len < 1 || long_max_tokens < 1)
+    return Status::InvalidArgument("engine_load: long_prompts >= 0, long_prompt_len and long_max_tokens >= 1");
+  if (long_prompts > 0 && prompts < 1)
+    return Status::InvalidArgument("engine_load: long_prompts needs prompts >= 1 (the requests arriving during them)");
   EngineOptions eo;
   eo.max_num_seqs = spec.value("max_num_seqs", eo.max_num_seqs);
   eo.max_num_batched_tokens = spec.value("max_num_batched_tokens", eo.max_num_batched_tokens);
+  // What `gyre serve` runs: half the step budget unless the spec says (0: off).
+  eo.long_prefill_token_threshold = spec.value("long_prefill_token_threshold", eo.max_num_batched_tokens / 2);
+  if (eo.long_prefill_token_threshold < 0)
+    return Status::InvalidArgument("engine_load: long_prefill_token_threshold must be >= 0 (0: off)");
   eo.kv_memory_bytes = spec.value("kv_memory", eo.kv_memory_bytes);
   if (spec.contains("kv_pages")) {  // a page count: this model's page size from a probe engine
     const int64_t pages = spec["kv_pages"].get<int64_t>();
@@ -106,7 +116,7 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
   }
   eo.kv_page_tokens = spec.value("kv_page_tokens", eo.kv_page_tokens);
   eo.overlap_steps = spec.value("overlap_steps", eo.overlap_steps);
-  eo.max_waiting = std::max<int64_t>(eo.max_waiting, decodes + prompts);
+  eo.max_waiting = std::max<int64_t>(eo.max_waiting, decodes + prompts + long_prompts);
   GYRE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, eo));
   GYRE_RETURN_IF_ERROR(engine->Start());
   const int64_t vocab = model.config().vocab_size;
@@ -116,13 +126,16 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     for (int32_t& t : p) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(std::min<int64_t>(vocab, 1000)));
     return p;
   };
+  enum class Role { kDecode, kLong, kArrival };
   struct Sent {
     std::shared_ptr<TimedSink> sink;
     RequestId id = 0;
-    bool decode = false, cancel = false;
+    Role role = Role::kArrival;
+    bool cancel = false;
+    bool decode() const { return role == Role::kDecode; }
   };
   std::vector<Sent> sent;
-  auto submit = [&](int64_t len, int64_t tokens, bool decode, bool cancel) -> Status {
+  auto submit = [&](int64_t len, int64_t tokens, Role role, bool cancel) -> Status {
     RequestParams p;
     p.prompt = prompt(len);
     p.max_tokens = tokens;
@@ -130,20 +143,31 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     p.sampling.temperature = 0;
     auto sink = std::make_shared<TimedSink>(Clock::now());
     GYRE_ASSIGN_OR_RETURN(RequestId id, engine->Submit(std::move(p), sink));
-    sent.push_back({sink, id, decode, cancel});
+    sent.push_back({sink, id, role, cancel});
     return Status::Ok();
   };
   const int64_t preempt0 = engine->Stats().num_preemptions;
   const auto t0 = Clock::now();
   constexpr std::chrono::seconds kDeadline(300);
-  for (int64_t i = 0; i < decodes; ++i) GYRE_RETURN_IF_ERROR(submit(decode_prompt_len, decode_tokens, true, false));
+  for (int64_t i = 0; i < decodes; ++i) GYRE_RETURN_IF_ERROR(submit(decode_prompt_len, decode_tokens, Role::kDecode, false));
   for (int64_t i = 0; i < decodes; ++i) {  // the decodes are running before the arrivals
     if (!sent[i].sink->WaitTokens(1, kDeadline)) return Status::Internal("engine_load: a decode never started");
+  }
+  // The long prompts, then the arrivals once the engine has prefilled some of them (its prefill
+  // counter moved past what the decodes' prompts took): the arrivals land inside a long prefill.
+  const auto long_begin = Clock::now();
+  if (long_prompts > 0) {
+    const int64_t base = engine->Stats().prefill_tokens_computed;
+    for (int64_t i = 0; i < long_prompts; ++i) GYRE_RETURN_IF_ERROR(submit(long_prompt_len, long_max_tokens, Role::kLong, false));
+    while (engine->Stats().prefill_tokens_computed <= base) {
+      if (Clock::now() - long_begin > kDeadline) return Status::Internal("engine_load: a long prompt never started");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
   const auto arrivals_begin = Clock::now();
   for (int64_t i = 0; i < prompts; ++i) {
     if (i > 0 && arrival_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(arrival_ms));
-    GYRE_RETURN_IF_ERROR(submit(prompt_len, max_tokens, false, cancel_every > 0 && (i + 1) % cancel_every == 0));
+    GYRE_RETURN_IF_ERROR(submit(prompt_len, max_tokens, Role::kArrival, cancel_every > 0 && (i + 1) % cancel_every == 0));
   }
   for (Sent& s : sent) {
     if (!s.cancel) continue;
@@ -164,11 +188,16 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
   engine->Stop();
 
   // The arrivals' prefill window: from the first arrival to the last arriving prompt's first token.
-  Clock::time_point window_end = arrivals_begin;
+  Clock::time_point window_end = arrivals_begin, long_end = long_begin;
   for (const Sent& s : sent) {
     const auto times = s.sink->times();
-    if (!s.decode && !times.empty()) window_end = std::max(window_end, times[0]);
+    if (s.role == Role::kArrival && !times.empty()) window_end = std::max(window_end, times[0]);
+    if (s.role == Role::kLong && !times.empty()) long_end = std::max(long_end, times[0]);
   }
+  // Arrivals submitted while a long prompt was still prefilling: their time to first token and to
+  // their last token, over the long prefill's span (first long Submit -> last long first token).
+  double long_ttft = 0, starved_ttft = 0, starved_e2e = 0;
+  int64_t during_long = 0, started_before_long = 0;
   double max_gap_in_window = 0;
   std::vector<double> ttft, arrival_ttft, itl, rates, queue;
   int64_t completed = 0, errors = 0, generated = 0;
@@ -182,8 +211,15 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     queue.push_back(1000 * u.queue_s);
     if (times.empty()) continue;
     ttft.push_back(Ms(times[0] - s.sink->submitted()));
-    if (!s.decode) arrival_ttft.push_back(ttft.back());
-    if (s.decode) {
+    if (s.role == Role::kArrival) arrival_ttft.push_back(ttft.back());
+    if (s.role == Role::kLong) long_ttft = std::max(long_ttft, ttft.back());
+    if (long_prompts > 0 && s.role == Role::kArrival && !s.cancel && s.sink->submitted() < long_end) {
+      ++during_long;
+      starved_ttft = std::max(starved_ttft, ttft.back());
+      starved_e2e = std::max(starved_e2e, Ms(times.back() - s.sink->submitted()));
+      if (times[0] < long_end) ++started_before_long;
+    }
+    if (s.decode()) {
       for (size_t k = 1; k < times.size(); ++k) {
         if (times[k] >= arrivals_begin && times[k - 1] <= arrivals_end) itl.push_back(Ms(times[k] - times[k - 1]));
         if (times[k] > arrivals_begin && times[k - 1] < window_end) {
@@ -209,6 +245,15 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
   }
   if (prompts > 0 && decodes > 0 && window_end > arrivals_begin) {
     out["stall_share"] = max_gap_in_window / std::max(1e-9, Ms(window_end - arrivals_begin));
+  }
+  if (long_prompts > 0) {
+    out["long_ttft_ms"] = long_ttft;
+    out["arrivals_during_long"] = static_cast<double>(during_long);
+    out["arrivals_started_before_long"] = static_cast<double>(started_before_long);
+    if (during_long > 0 && long_end > long_begin) {
+      out["long_prefill_ttft_share"] = starved_ttft / Ms(long_end - long_begin);
+      out["long_prefill_e2e_share"] = starved_e2e / Ms(long_end - long_begin);
+    }
   }
   out["max_queue_ms"] = queue.empty() ? 0.0 : *std::max_element(queue.begin(), queue.end());
   out["preemptions"] = static_cast<double>(st.num_preemptions - preempt0);

@@ -8,7 +8,13 @@
 //   arrival_ms (between arrivals; 0: a burst)   the first decode token
 //   cancel_every (0: none)                      cancel every k-th arriving request right after its
 //                                               first token (cancellations among running work)
+//   long_prompts (0: none), long_prompt_len     requests submitted after the decodes started and
+//   (2048), long_max_tokens (2)                 before the arrivals, which begin once the engine
+//                                               has prefilled part of them: short requests arriving
+//                                               during a long chunked prefill (needs prompts >= 1)
 //   max_num_seqs, max_num_batched_tokens,       the engine's options (EngineOptions; CPU runner)
+//   long_prefill_token_threshold (default half
+//   the step budget, as `gyre serve`; 0: off),
 //   kv_memory (bytes) or kv_pages (pages of this
 //   model; few → memory pressure),
 //   kv_page_tokens, overlap_steps
@@ -25,6 +31,19 @@
 //                                     signal (chunked prefill: about one chunk's share; a step
 //                                     that prefills every arrival at once: about 1)
 //   max_queue_ms                      the longest Submit → first admission (starvation)
+//   long_ttft_ms                      (long_prompts > 0) the longest long prompt's TTFT
+//   arrivals_during_long              arrivals submitted before the last long prompt's first token
+//   arrivals_started_before_long      how many of them had their first token before the last long
+//                                     prompt's (an order, not a time: all of them when a waiting
+//                                     request gets budget during a long prefill, none when not)
+//   long_prefill_ttft_share           the longest TTFT of those arrivals over the long prefill's span
+//                                     (first long Submit → last long first token): a request
+//                                     admitted but given no prefill budget until the long prompt is
+//                                     done reads about 1; one that starts at the next step reads a
+//                                     few steps' share (admission is not enough: this is the fault
+//                                     max_queue_ms missed, found by the 1M-token run of issue 22)
+//   long_prefill_e2e_share            the same for their last token (their decode steps also wait
+//                                     if decodes are not scheduled before prefill pieces)
 //   preemptions                       EngineStats::num_preemptions during the run
 //   fairness                          Jain's index of the decode requests' token rates (1: equal)
 //   completed, errors                 requests that ended stop/length (or cancelled as asked) / kError

@@ -55,12 +55,44 @@ TEST(EngineScenario, MemoryPressurePreemptsAndStillDrains) {
   EXPECT_GT(m->at("max_queue_ms"), 0);
 }
 
+// Short requests arriving during a long chunked prefill (the fault the 1M-token run of issue 22
+// found: admitted, but given no prefill budget until the long prompt was done). Asserted by order,
+// not time: with the default threshold (half the step budget, as gyre serve) every arrival has its
+// first token before the long prompt's; with the threshold off, none does.
+TEST(EngineScenario, ArrivalsDuringALongPrefillStartBeforeItEnds) {
+  nlohmann::json spec = {{"kind", "engine_load"}, {"decodes", 2},         {"decode_tokens", 16},
+                         {"long_prompts", 1},     {"long_prompt_len", 1536}, {"prompts", 3},
+                         {"prompt_len", 24},      {"max_tokens", 3},       {"max_num_batched_tokens", 64}};
+  auto on = RunScenario(Tiny(), spec, 0);
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->at("completed"), 6);
+  EXPECT_EQ(on->at("leaked_pages"), 0);
+  EXPECT_EQ(on->at("arrivals_during_long"), 3);
+  EXPECT_EQ(on->at("arrivals_started_before_long"), 3);
+  ASSERT_TRUE(on->count("long_prefill_ttft_share"));
+  EXPECT_GT(on->at("long_prefill_ttft_share"), 0);
+  EXPECT_GT(on->at("long_ttft_ms"), 0);
+
+  spec["long_prefill_token_threshold"] = 0;
+  auto off = RunScenario(Tiny(), spec, 0);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->at("completed"), 6);
+  EXPECT_EQ(off->at("arrivals_during_long"), 3);
+  EXPECT_EQ(off->at("arrivals_started_before_long"), 0);
+}
+
 TEST(EngineScenario, BadSpecsAreNamed) {
   auto none = RunScenario(Tiny(), {{"kind", "engine_load"}}, 0);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("decodes"), std::string::npos);
   auto short_decode = RunScenario(Tiny(), {{"kind", "engine_load"}, {"decodes", 1}, {"decode_tokens", 1}}, 0);
   ASSERT_FALSE(short_decode.ok());
+  auto lonely = RunScenario(Tiny(), {{"kind", "engine_load"}, {"decodes", 1}, {"long_prompts", 1}}, 0);
+  ASSERT_FALSE(lonely.ok());
+  EXPECT_NE(lonely.status().message().find("long_prompts"), std::string::npos);
+  auto threshold = RunScenario(Tiny(), {{"kind", "engine_load"}, {"decodes", 1}, {"long_prefill_token_threshold", -1}}, 0);
+  ASSERT_FALSE(threshold.ok());
+  EXPECT_NE(threshold.status().message().find("long_prefill_token_threshold"), std::string::npos);
   auto kind = RunScenario(Tiny(), {{"kind", "engine_lod"}}, 0);
   ASSERT_FALSE(kind.ok());
   EXPECT_NE(kind.status().message().find("engine_load"), std::string::npos);

@@ -162,7 +162,10 @@ TEST(VerifyOps, DeliberatelyWrongOpFails) {
 }
 
 TEST(VerifyOps, UnbuiltBackendIsReportedNotPassed) {
-  const auto rep = VerifyOps({}, "rmsnorm", ops::Backend::kCuda, 1);  // no CUDA path yet
+#ifdef GYRE_CUDA
+  GTEST_SKIP() << "this build has the CUDA backend (the case is for a CPU-only build)";
+#endif
+  const auto rep = VerifyOps({}, "rmsnorm", ops::Backend::kCuda, 1);  // a CPU-only build
   ASSERT_FALSE(rep.rows.empty());
   EXPECT_FALSE(rep.rows[0].pass);
   EXPECT_NE(rep.rows[0].error.find("not built"), std::string::npos);

@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""One long request end to end through `gyre serve --backend cuda` (issue 22 items 1 and 3).
+"""Long requests end to end through `gyre serve --backend cuda` (issue 22 items 1 and 3).
 
-    tools/gpu/long_context.py GYRE OUTDIR [--tokens 1048576] [--kv-cache-dtype bf16] [--config FILE]
-                              [--short-max-s 30]
+    tools/gpu/long_context.py GYRE OUTDIR [--tokens 1048576[,524288,...]] [--stagger-s 0] [--max-new 16]
+                              [--kv-cache-dtype bf16] [--config FILE] [--short-max-s 30]
 
 Starts the server on the full-depth 32-expert benchmark config (random bf16 weights; another with
---config) with --max-model-len tokens+64, chunked prefill (--max-num-batched-tokens 8192, the
-default --long-prefill-token-threshold) and the page pool from --gpu-memory-utilization, sends one
-/v1/completions request whose prompt is `tokens` random token ids (streamed, greedy, 16 new tokens),
-and while its prefill runs sends a 64-token request every 5 s. Records the server's startup line
-(memory: weights, KV pool, state slots, scratch), the long request's TTFT and inter-token latencies,
-the prefill progress every 2 s from /metrics (`prefill_marks`: seconds to 128k / 256k / 512k / 1M
-prefilled tokens), the short requests' latencies, and the outcome, in OUTDIR/long_context.json
-(OUTDIR/progress.json is rewritten every poll, so a killed run keeps its progress). ok = the long
-request's usage counts every prompt token and every short request was answered within
---short-max-s (no starvation). Needs no reference; correctness at length is `gyre verify length`.
+--config) with --max-model-len the longest request + 64, chunked prefill (--max-num-batched-tokens
+8192, the default --long-prefill-token-threshold) and the page pool from --gpu-memory-utilization.
+Sends one streamed greedy /v1/completions request per --tokens entry (prompts of random token ids,
+--max-new new tokens each, the i-th sent i * --stagger-s after the first: several long requests at
+once, e.g. 131072,524288,1048576), and while they prefill a 64-token request every 5 s. Records the
+server's startup line (memory: weights, KV pool, state slots, scratch), each long request's TTFT and
+inter-token latencies (split into gaps while another long request was still prefilling and gaps
+once every long request was decoding: decode at batch > 1 at that context), the prefill progress
+every 2 s from /metrics (`prefill_marks`: seconds to 128k / 256k / 512k / 1M prefilled tokens in
+all), the short requests' latencies, and the outcome, in OUTDIR/long_context.json (OUTDIR/
+progress.json is rewritten every poll, so a killed run keeps its progress). ok = every long
+request's usage counts its prompt tokens and every short request was answered within --short-max-s
+(no starvation). Needs no reference; correctness at length is `gyre verify length`.
 Runs: bench/results/long_context_89141d2/ (H200, full depth, 1,048,576 tokens: TTFT 273 s, 14.9 ms per
 token, and a short request starved 268 s, fixed in 5690138), bench/results/gpu_check_5690138/long_context/
 (H100, 4 layers: short requests answered in <= 1.3 s during the 1M prefill).
@@ -35,7 +38,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("gyre")
     ap.add_argument("out")
-    ap.add_argument("--tokens", type=int, default=1048576)
+    ap.add_argument("--tokens", default="1048576", help="prompt length of each long request, comma-separated")
+    ap.add_argument("--stagger-s", type=float, default=0.0, help="seconds between the long requests' sends")
+    ap.add_argument("--max-new", type=int, default=16, help="tokens each long request generates")
     ap.add_argument("--kv-cache-dtype", default="bf16")
     ap.add_argument("--config", default="bench/configs/glm5_next_fulldepth_32experts.json")
     ap.add_argument("--chunk", type=int, default=8192)
@@ -43,6 +48,9 @@ def main():
     ap.add_argument("--short-max-s", type=float, default=30,
                     help="every short request sent during the long one must be answered within this (starvation)")
     a = ap.parse_args()
+    longs = [int(x) for x in str(a.tokens).split(",") if x]
+    if not longs or min(longs) < 1:
+        ap.error("--tokens: one or more positive lengths")
     os.makedirs(a.out, exist_ok=True)
     cfg = json.load(open(a.config))
     vocab = cfg.get("vocab_size", 154880)
@@ -52,10 +60,10 @@ def main():
                        check=True)
     log = open(os.path.join(a.out, "serve.log"), "w")
     cmd = [a.gyre, "serve", "--backend", "cuda", "--config", a.config, "--random-weights", "--port", "0",
-           "--kv-cache-dtype", a.kv_cache_dtype, "--max-model-len", str(a.tokens + 64), "--allow-long-max-model-len",
-           "--max-num-batched-tokens", str(a.chunk), "--max-num-seqs", "4", "--gpu-memory-utilization", "0.95",
+           "--kv-cache-dtype", a.kv_cache_dtype, "--max-model-len", str(max(longs) + 64), "--allow-long-max-model-len",
+           "--max-num-batched-tokens", str(a.chunk), "--max-num-seqs", str(max(4, len(longs) + 2)), "--gpu-memory-utilization", "0.95",
            "--no-enable-prefix-caching", "--served-model-name", "m", "--tokenizer", tok]
-    res = {"command": " ".join(cmd), "tokens": a.tokens, "kv_cache_dtype": a.kv_cache_dtype, "ok": False}
+    res = {"command": " ".join(cmd), "tokens": longs[0] if len(longs) == 1 else longs, "stagger_s": a.stagger_s, "kv_cache_dtype": a.kv_cache_dtype, "ok": False}
     srv = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     port, lines = None, []
     t0 = time.time()
@@ -85,7 +93,7 @@ def main():
         return urllib.request.urlopen(req, timeout=a.timeout)
 
     rng = random.Random(22)
-    prompt = [rng.randrange(vocab) for _ in range(a.tokens)]
+    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in longs]
     done = threading.Event()
     shorts = []
 
@@ -101,7 +109,7 @@ def main():
                 shorts.append({"at_s": t - t_long, "error": str(e)})
             done.wait(5)
 
-    progress = []  # (seconds since the long request, gyre_prefill_tokens_computed_total, GPU MiB used)
+    progress = []  # (seconds since the first long request, gyre_prefill_tokens_computed_total, GPU MiB used)
 
     def poll_loop():
         while not done.is_set():
@@ -117,31 +125,61 @@ def main():
                 progress.append((round(t, 2), None, str(e)))
             done.wait(2)
 
+    def long_request(i, rec):
+        time.sleep(i * a.stagger_s)
+        rec["sent_s"] = time.time() - t_long
+        times = []
+        try:
+            r = post({"model": "m", "prompt": prompts[i], "max_tokens": a.max_new, "temperature": 0, "stream": True,
+                      "ignore_eos": True, "stream_options": {"include_usage": True}}, True)
+            usage = None
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                ev = json.loads(line[6:])
+                if ev.get("usage"):
+                    usage = ev["usage"]
+                if ev.get("choices") and ev["choices"][0].get("text") is not None:
+                    times.append(time.time() - t_long)
+            rec["usage"] = usage
+            rec["ok"] = bool(times) and usage is not None and usage.get("prompt_tokens") == longs[i]
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = str(e)
+            rec["ok"] = False
+        rec["token_times_s"] = times  # since the first long request was sent
+        rec["ttft_s"] = times[0] - rec["sent_s"] if times else None
+        rec["prefill_tokens_per_s"] = longs[i] / rec["ttft_s"] if times else None
+
     t_long = time.time()
     threading.Thread(target=short_loop, daemon=True).start()
     threading.Thread(target=poll_loop, daemon=True).start()
-    times, text = [], ""
-    try:
-        r = post({"model": "m", "prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True,
-                  "stream_options": {"include_usage": True}}, True)
-        usage = None
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            ev = json.loads(line[6:])
-            if ev.get("usage"):
-                usage = ev["usage"]
-            if ev.get("choices") and ev["choices"][0].get("text") is not None:
-                times.append(time.time() - t_long)
-                text += ev["choices"][0]["text"]
-        res["usage"] = usage
-        res["ttft_s"] = times[0] if times else None
-        res["itl_ms"] = [1e3 * (b - a_) for a_, b in zip(times, times[1:])]
-        res["prefill_tokens_per_s"] = a.tokens / times[0] if times else None
-        res["ok"] = bool(times) and usage is not None and usage.get("prompt_tokens") == a.tokens
-    except Exception as e:  # noqa: BLE001
-        res["error"] = str(e)
+    recs = [{"tokens": n} for n in longs]
+    threads = [threading.Thread(target=long_request, args=(i, recs[i])) for i in range(len(longs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Inter-token gaps of each long request, split at the moment every long request had its first
+    # token: before it, this request decoded beside another's long prefill; after it, every long
+    # request decodes together (batch = the number still generating).
+    all_first = max((r["token_times_s"][0] for r in recs if r.get("token_times_s")), default=None)
+    for r in recs:
+        tt = r.get("token_times_s") or []
+        gaps = [(b, 1e3 * (b - a_)) for a_, b in zip(tt, tt[1:])]
+        r["itl_ms"] = [g for _, g in gaps]
+        if len(recs) > 1 and all_first is not None:
+            r["itl_ms_beside_prefill"] = [g for t, g in gaps if t <= all_first]
+            r["itl_ms_all_decoding"] = [g for t, g in gaps if t > all_first]
+    main_rec = max(recs, key=lambda r: r["tokens"])
+    res["long_requests"] = recs
+    res["usage"] = main_rec.get("usage")
+    res["ttft_s"] = main_rec.get("ttft_s")
+    res["itl_ms"] = main_rec.get("itl_ms", [])
+    res["prefill_tokens_per_s"] = main_rec.get("prefill_tokens_per_s")
+    res["ok"] = all(r.get("ok") for r in recs)
+    if any(r.get("error") for r in recs):
+        res["error"] = "; ".join(f"{r['tokens']}: {r['error']}" for r in recs if r.get("error"))
     done.set()
     res["short_requests"] = shorts
     res["prefill_progress"] = progress
@@ -153,7 +191,7 @@ def main():
     # short requests add 64 tokens each, noted in `short_requests`): the prefill time of a prefix.
     marks = {}
     for mark in (131072, 262144, 524288, 1048576):
-        if mark > a.tokens:
+        if mark > sum(longs):
             continue
         hit = next((p for p in progress if p[1] is not None and p[1] >= mark), None)
         if hit:
@@ -172,7 +210,12 @@ def main():
     json.dump(res, open(os.path.join(a.out, "long_context.json"), "w"), indent=2)
     print(json.dumps({k: res.get(k) for k in ("ok", "tokens", "ttft_s", "prefill_tokens_per_s", "short_requests_ok",
                                               "short_requests_max_latency_s", "error")}))
-    print("itl_ms", [round(x, 1) for x in res.get("itl_ms", [])])
+    for r in recs:
+        print(f"long {r['tokens']}: sent {r.get('sent_s', 0):.1f} s, ttft {r.get('ttft_s')}, ok {r.get('ok')}, itl_ms",
+              [round(x, 1) for x in r.get("itl_ms", [])][:40])
+        if "itl_ms_all_decoding" in r and r["itl_ms_all_decoding"]:
+            v = sorted(r["itl_ms_all_decoding"])
+            print(f"   all decoding: median {v[len(v) // 2]:.1f} ms over {len(v)} gaps")
     print("prefill marks", json.dumps(marks))
     print("short requests", [(round(s["at_s"], 1), round(s.get("latency_s", -1), 2)) for s in shorts])
     print("\n".join(res["startup"]))
