@@ -183,18 +183,19 @@ fi
 if [[ -n "$GYRE" ]] && has_step longctx; then
   # GYRE_LONGCTX_WEIGHTS: bf16 (default; three chunkings, ~2 min on an H100 at 1M), f32 (the exact path:
   # FFMA GEMMs and attention, fp32 cache; one chunking; over 330 s at 1M), or both. GYRE_LONGCTX_TOKENS
-  # (default 1,048,576) and GYRE_LONGCTX_CHUNKS (bf16) change the sizes; the results name them.
-  W=${GYRE_LONGCTX_WEIGHTS:-bf16} N=${GYRE_LONGCTX_TOKENS:-1048576}
+  # (default 1,048,576), GYRE_LONGCTX_CHUNKS (bf16) and GYRE_LONGCTX_TAIL (decoded rows at the end,
+  # default 64) change the sizes; the results name them.
+  W=${GYRE_LONGCTX_WEIGHTS:-bf16} N=${GYRE_LONGCTX_TOKENS:-1048576} TAIL=${GYRE_LONGCTX_TAIL:-64}
   if [[ "$W" == bf16 || "$W" == both ]]; then
     echo "== gyre verify length at $N tokens (4 layers, full width, 32 experts, bf16 weights)"
     timeout 560 "$GYRE" verify length --backend cuda --config bench/configs/glm5_next_4layer_32experts.json --weights bf16 \
-      --tokens "$N" --chunks "${GYRE_LONGCTX_CHUNKS:-8192,32768,5000}" --tail 64 --head 16 --tol-logits 1e-2 \
+      --tokens "$N" --chunks "${GYRE_LONGCTX_CHUNKS:-8192,32768,5000}" --tail "$TAIL" --head 16 --tol-logits 1e-2 \
       --tol-state 1e-2 --tol-worst 0.5 --out "$OUT/gpu_length_${N}_bf16.json" || status=1
   fi
   if [[ "$W" == f32 || "$W" == both ]]; then
     echo "== gyre verify length at $N tokens (4 layers, full width, 32 experts, fp32 weights)"
     timeout 330 "$GYRE" verify length --backend cuda --config bench/configs/glm5_next_4layer_32experts.json --weights f32 \
-      --tokens "$N" --chunks 8192 --tail 64 --head 0 --tol-logits 1e-4 --tol-state 1e-4 --tol-worst 1e-3 \
+      --tokens "$N" --chunks 8192 --tail "$TAIL" --head 0 --tol-logits 1e-4 --tol-state 1e-4 --tol-worst 1e-3 \
       --out "$OUT/gpu_length_${N}_f32.json" || status=1
   fi
 fi
