@@ -612,6 +612,11 @@ struct CudaModel::Impl {
   }
   int64_t num_pages = 0;      // page ids 0..num_pages-1 (the engine's bookkeeping)
   int64_t max_seq_tokens = 0;  // block-table width in tokens
+  // Largest context bucket of a step: max_seq_tokens rounded up to whole pages and index pools.
+  // Steps use the next power of two of their context, capped here, so that a longest sequence just
+  // past a power of two (--max-model-len 1048640) does not size the context-wide workspaces (the
+  // indexer's scores, attention splits, block table) for twice its length.
+  int64_t ctx_cap = 0;
 
   // Step scratch (max_batch_tokens rows).
   int64_t nmax = 0, bmax = 0, n_streams = 1;
@@ -1104,6 +1109,10 @@ Status CudaModel::Impl::BuildScratch() {
   const int64_t N = nmax = opts.max_batch_tokens, D = c.hidden_size;
   bmax = std::min<int64_t>(opts.max_seqs, N);
   max_seq_tokens = opts.max_seq_tokens > 0 ? opts.max_seq_tokens : std::min<int64_t>(opts.kv_tokens, int64_t(1) << 17);
+  {
+    const int64_t unit = c.index_kpool > 0 ? std::lcm<int64_t>(opts.page_tokens, c.index_kpool) : opts.page_tokens;
+    ctx_cap = std::min(std::max(NextPow2(max_seq_tokens), opts.page_tokens), (max_seq_tokens + unit - 1) / unit * unit);
+  }
   n_streams = c.hc_mult > 0 ? c.hc_mult : 1;
   int64_t* sb = &stats.scratch_bytes;
   GYRE_ASSIGN_OR_RETURN(X, AllocN<float>(N * n_streams * D, sb));
@@ -1150,7 +1159,7 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(latent, AllocN<float>(N * R, sb));
     GYRE_ASSIGN_OR_RETURN(attn, AllocN<float>(N * Hh * c.v_head_dim, sb));
     cuda::MlaDims md{Hh, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, R, 1.0f};
-    GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, std::max(NextPow2(max_seq_tokens), opts.page_tokens)), 16)));
+    GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, ctx_cap), 16)));
     *sb += mla_ws.bytes();
     if (any_idx) {
       GYRE_RETURN_IF_ERROR(Sec("dsa.select"));
@@ -1163,7 +1172,7 @@ Status CudaModel::Impl::BuildScratch() {
       GYRE_ASSIGN_OR_RETURN(sel, AllocN<int32_t>(N * sel_cap, sb));
       GYRE_ASSIGN_OR_RETURN(sel_count, AllocN<int32_t>(N, sb));
       GYRE_ASSIGN_OR_RETURN(idx_ws,
-                            DeviceBuffer::Create(std::max<size_t>(cuda::IndexerWorkspaceBytes(id, N, std::max(NextPow2(max_seq_tokens), opts.page_tokens)), 16)));
+                            DeviceBuffer::Create(std::max<size_t>(cuda::IndexerWorkspaceBytes(id, N, ctx_cap), 16)));
       *sb += idx_ws.bytes();
     }
   }
@@ -1223,7 +1232,7 @@ Status CudaModel::Impl::BuildScratch() {
     return Status::Unimplemented("cuda model: vocabulary " + std::to_string(c.vocab_size) +
                                  " exceeds the device sampler's limit " + std::to_string(cuda::SampleMaxVocab()));
   // Step inputs.
-  bt_cap = bmax * (std::max(NextPow2(max_seq_tokens), opts.page_tokens) / opts.page_tokens + 1);
+  bt_cap = bmax * (ctx_cap / opts.page_tokens + 1);
   GYRE_ASSIGN_OR_RETURN(glogits, AllocN<float>(bmax * c.vocab_size, sb));
   o_ids = 0;
   o_seq = o_ids + N;
@@ -1937,7 +1946,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   d.n = total;
   d.b = static_cast<int64_t>(batch.size());
   d.bd = bd;
-  const int64_t ctx_bucket = std::max<int64_t>(NextPow2(max_ctx), pt);
+  const int64_t ctx_bucket = std::min(std::max<int64_t>(NextPow2(max_ctx), pt), m.ctx_cap);
   const int64_t max_pages = ctx_bucket / pt;
   if (d.b * max_pages > m.bt_cap) return Status::Internal("cuda model: block table capacity exceeded");
   int32_t* hb = sg.blob;

@@ -5,7 +5,7 @@
                               [--kv-cache-dtype bf16] [--config FILE] [--short-max-s 30]
 
 Starts the server on the full-depth 32-expert benchmark config (random bf16 weights; another with
---config) with --max-model-len the longest request + 64, chunked prefill (--max-num-batched-tokens
+--config) with --max-model-len the longest request + --max-new + 64, chunked prefill (--max-num-batched-tokens
 8192, the default --long-prefill-token-threshold) and the page pool from --gpu-memory-utilization.
 Sends one streamed greedy /v1/completions request per --tokens entry (prompts of random token ids,
 --max-new new tokens each, the i-th sent i * --stagger-s after the first: several long requests at
@@ -60,7 +60,7 @@ def main():
                        check=True)
     log = open(os.path.join(a.out, "serve.log"), "w")
     cmd = [a.gyre, "serve", "--backend", "cuda", "--config", a.config, "--random-weights", "--port", "0",
-           "--kv-cache-dtype", a.kv_cache_dtype, "--max-model-len", str(max(longs) + 64), "--allow-long-max-model-len",
+           "--kv-cache-dtype", a.kv_cache_dtype, "--max-model-len", str(max(longs) + a.max_new + 64), "--allow-long-max-model-len",
            "--max-num-batched-tokens", str(a.chunk), "--max-num-seqs", str(max(4, len(longs) + 2)), "--gpu-memory-utilization", "0.95",
            "--no-enable-prefix-caching", "--served-model-name", "m", "--tokenizer", tok]
     res = {"command": " ".join(cmd), "tokens": longs[0] if len(longs) == 1 else longs, "stagger_s": a.stagger_s, "kv_cache_dtype": a.kv_cache_dtype, "ok": False}
