@@ -475,11 +475,17 @@ class EngineImpl final : public Engine {
     // (long_prefill_token_threshold): capped while a request waits with a slot free, or while more
     // than one running request still has prompt to prefill (a short request admitted with part of
     // its prompt would otherwise wait behind an older long prefill until it ends).
-    int64_t piece_cap = std::numeric_limits<int64_t>::max();
+    // While a request waits, the running prefills together also leave `threshold` tokens of the
+    // budget for admission (prefill_room): two long prefills capped at half the budget each would
+    // otherwise take all of it.
+    int64_t piece_cap = std::numeric_limits<int64_t>::max(), prefill_room = piece_cap;
+    bool long_pass = false;  // the cap and the room apply to long prefills (pass 2 below)
     if (opts_.long_prefill_token_threshold > 0) {
       int64_t prefilling = 0;
       for (const auto& r : running_) prefilling += r->num_scheduled + 1 < static_cast<int64_t>(r->tokens.size());
-      if ((!waiting_.empty() && slots_.num_free() > 0) || prefilling > 1) piece_cap = opts_.long_prefill_token_threshold;
+      const bool admissible = !waiting_.empty() && slots_.num_free() > 0;
+      if (admissible || prefilling > 1) piece_cap = opts_.long_prefill_token_threshold;
+      if (admissible) prefill_room = std::max<int64_t>(0, budget - opts_.long_prefill_token_threshold);
     }
     auto next_piece = [&](Request* r, StepPiece* p) {
       const int64_t known = static_cast<int64_t>(r->tokens.size());
@@ -487,7 +493,9 @@ class EngineImpl final : public Engine {
       if (prev && r->pending == 0) return false;  // (cannot happen: nothing to run)
       const int64_t n = prev ? 1
                              : std::min({known - r->num_scheduled, budget, NextCut(*r, r->num_scheduled) - r->num_scheduled,
-                                         admitting ? std::numeric_limits<int64_t>::max() : piece_cap});
+                                         admitting || !long_pass ? std::numeric_limits<int64_t>::max()
+                                                                 : std::min(piece_cap, prefill_room)});
+      if (n <= 0) return false;  // (a running prefill with no room left in this step)
       const bool samples = r->num_scheduled + n == known + r->pending;
       if (samples && r->num_generated() + r->pending >= MaxTokens(*r)) return false;
       // A constrained request's mask depends on its previous token: never launched ahead of it.
@@ -522,20 +530,26 @@ class EngineImpl final : public Engine {
       }
       return true;
     };
-    // 1. Running requests, oldest first: first those decoding (at most one known token left to
-    //    run), then those prefilling, so that an older request's long prefill cannot take the
-    //    budget from newer requests' decode tokens. A request that cannot get a page preempts the
-    //    newest running request (possibly itself) unless that one already has a piece in this
-    //    step; then it waits for a later step.
+    // 1. Running requests, oldest first, in three passes: those decoding (at most one known token
+    //    left to run), then (with a threshold) short prefills, whose rest fits in `threshold`
+    //    tokens, then the long prefills, capped as above. So an older request's long prefill
+    //    cannot take the budget from newer requests' decode tokens, nor from a short request
+    //    admitted with part of its prompt. A request that cannot get a page preempts the newest
+    //    running request (possibly itself) unless that one already has a piece in this step; then
+    //    it waits for a later step.
     // in_step[i]: running_[i] has a piece in this step (preemption only pops from the back, so
     // indices stay valid).
     std::vector<char> in_step(running_.size(), 0);
-    for (const bool decodes : {true, false}) {
+    const int64_t short_rest = opts_.long_prefill_token_threshold;
+    for (const int pass : {0, 1, 2}) {
+      long_pass = pass == 2;
       for (size_t i = 0; i < running_.size() && budget > 0 && sched.size() < max_pieces;) {
         Request* r = running_[i].get();
-        const bool decoding = r->num_scheduled + 1 >= static_cast<int64_t>(r->tokens.size());
+        const int64_t rest = static_cast<int64_t>(r->tokens.size()) - r->num_scheduled;
+        const bool decoding = rest <= 1;
+        const int request_pass = decoding ? 0 : (short_rest > 0 && rest <= short_rest ? 1 : 2);
         StepPiece p;
-        if (decoding != decodes || in_step[i] || !next_piece(r, &p)) {
+        if (request_pass != pass || in_step[i] || !next_piece(r, &p)) {
           ++i;
           continue;
         }
@@ -553,9 +567,11 @@ class EngineImpl final : public Engine {
         pieces.push_back(p);
         in_step[i] = 1;
         budget -= n;
+        if (long_pass) prefill_room -= n;
         ++i;
       }
     }
+    long_pass = false;
     // 2. Admit waiting requests FCFS while a slot, pages and budget allow.
     while (budget > 0 && !waiting_.empty() && sched.size() < max_pieces) {
       Request* r = waiting_.front().get();

@@ -130,10 +130,11 @@ struct EngineOptions {
   int64_t kv_memory_bytes = 256 << 20;   // budget of the paged latent cache (all layers)
   int64_t max_num_batched_tokens = 256;  // per-step token budget (prefill chunks + decodes)
   // While a request waits for admission (and a slot is free), or while more than one running
-  // request still has prompt to prefill, a running request's prefill piece is capped at this many
-  // tokens, so that the rest of the step's budget admits the waiting one or prefills the others:
-  // a short request that arrives during a long chunked prefill starts at the next step instead of
-  // after the whole prefill (vLLM's --long-prefill-token-threshold, applied only under contention,
+  // request still has prompt to prefill, a long prefill's piece is capped at this many tokens, and
+  // while a request waits the long prefills together leave this many tokens for admission; short
+  // prefills (a rest of at most this many tokens) are scheduled before long ones. So a short
+  // request that arrives during one or several long chunked prefills starts at the next step
+  // instead of after them (vLLM's --long-prefill-token-threshold, applied only under contention,
   // so a lone long prefill keeps the full budget). 0: off.
   int64_t long_prefill_token_threshold = 0;
   int64_t max_waiting = 256;             // queue bound; beyond it Submit returns ResourceExhausted

@@ -364,12 +364,23 @@ TEST_P(EngineOnRunner, StepsStayWithinTheTokenBudget) {
 // request sent 5 s into the long prefill was answered 268 s later). A 20-token short prompt does
 // not fit the first step's leftover budget (16 - 4): once admitted it is itself a running prefill,
 // and the cap must stay on while two requests prefill, or it waits behind the older long one.
+// With two long prefills and the threshold at half the budget (gyre serve's default), the two
+// capped pieces fill the step: the running prefills must leave `threshold` tokens for admission
+// while a request waits (what 4 concurrent long requests on an H100 showed: a 64-token request
+// waited 38 s, bench/results/gpu_check_1bfb276/).
 TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
   auto model = MakeModel();
-  for (const auto& [threshold, short_len] : {std::pair<int64_t, int>{4, 5}, {4, 20}, {0, 5}}) {
-    SCOPED_TRACE("threshold " + std::to_string(threshold) + ", short prompt " + std::to_string(short_len));
+  struct Case {
+    int64_t threshold;
+    int short_len, longs;
+  };
+  for (const Case& k : {Case{4, 5, 1}, Case{4, 20, 1}, Case{8, 5, 2}, Case{0, 5, 1}}) {
+    const int64_t threshold = k.threshold;
+    const int short_len = k.short_len;
+    SCOPED_TRACE("threshold " + std::to_string(threshold) + ", short prompt " + std::to_string(short_len) + ", " +
+                 std::to_string(k.longs) + " long prompts");
     EngineOptions eo;
-    eo.max_num_seqs = 2;
+    eo.max_num_seqs = 3;
     eo.max_num_batched_tokens = 16;
     eo.long_prefill_token_threshold = threshold;
     WatchedEngine w(GetParam(), *model, eo);
@@ -395,8 +406,9 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
       }
     };
     std::atomic<int> finished{0};
-    auto long_sink = std::make_shared<Ordered>(), short_sink = std::make_shared<Ordered>();
-    long_sink->counter = short_sink->counter = &finished;
+    auto long_sink = std::make_shared<Ordered>(), long2_sink = std::make_shared<Ordered>();
+    auto short_sink = std::make_shared<Ordered>();
+    long_sink->counter = long2_sink->counter = short_sink->counter = &finished;
     RequestParams lp;
     lp.prompt = Ids(600, 41);  // 38 steps of 16 tokens
     lp.max_tokens = 1;
@@ -405,6 +417,10 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
     {
       std::unique_lock<std::mutex> l(mu);
       ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return entered; }));
+    }
+    if (k.longs == 2) {
+      lp.prompt = Ids(600, 43);
+      ASSERT_TRUE(w.engine->Submit(lp, long2_sink).ok());
     }
     RequestParams sp;
     sp.prompt = Ids(short_len, 42);
@@ -418,6 +434,7 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
     cv.notify_all();
     long_sink->Wait();
     short_sink->Wait();
+    if (k.longs == 2) long2_sink->Wait();
     w.engine->Stop();
     EXPECT_EQ(long_sink->ids.size(), 1u);
     EXPECT_EQ(short_sink->ids.size(), 2u);
