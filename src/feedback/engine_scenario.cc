@@ -196,7 +196,7 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
   }
   // Arrivals submitted while a long prompt was still prefilling: their time to first token and to
   // their last token, over the long prefill's span (first long Submit -> last long first token).
-  double long_ttft = 0, starved_ttft = 0, starved_e2e = 0;
+  double long_ttft = 0, long_ttft_min = 0, starved_ttft = 0, starved_e2e = 0;
   int64_t during_long = 0, started_before_long = 0;
   double max_gap_in_window = 0;
   std::vector<double> ttft, arrival_ttft, itl, rates, queue;
@@ -212,7 +212,10 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     if (times.empty()) continue;
     ttft.push_back(Ms(times[0] - s.sink->submitted()));
     if (s.role == Role::kArrival) arrival_ttft.push_back(ttft.back());
-    if (s.role == Role::kLong) long_ttft = std::max(long_ttft, ttft.back());
+    if (s.role == Role::kLong) {
+      long_ttft_min = long_ttft > 0 ? std::min(long_ttft_min, ttft.back()) : ttft.back();
+      long_ttft = std::max(long_ttft, ttft.back());
+    }
     if (long_prompts > 0 && s.role == Role::kArrival && !s.cancel && s.sink->submitted() < long_end) {
       ++during_long;
       starved_ttft = std::max(starved_ttft, ttft.back());
@@ -248,6 +251,7 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
   }
   if (long_prompts > 0) {
     out["long_ttft_ms"] = long_ttft;
+    if (long_prompts > 1 && long_ttft > 0) out["long_ttft_ratio"] = long_ttft_min / long_ttft;
     out["arrivals_during_long"] = static_cast<double>(during_long);
     out["arrivals_started_before_long"] = static_cast<double>(started_before_long);
     if (during_long > 0 && long_end > long_begin) {

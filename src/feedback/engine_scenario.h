@@ -32,6 +32,9 @@
 //                                     that prefills every arrival at once: about 1)
 //   max_queue_ms                      the longest Submit → first admission (starvation)
 //   long_ttft_ms                      (long_prompts > 0) the longest long prompt's TTFT
+//   long_ttft_ratio                   (long_prompts > 1) the shortest long TTFT over the longest:
+//                                     long prefills that share the budget finish together (about
+//                                     1); one after the other, the first at about 1/long_prompts
 //   arrivals_during_long              arrivals submitted before the last long prompt's first token
 //   arrivals_started_before_long      how many of them had their first token before the last long
 //                                     prompt's (an order, not a time: all of them when a waiting
