@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
@@ -43,6 +44,7 @@ struct RouterArgs {
   int http_threads = 2;
   double timeout_s = 600;  // one upstream answer (a whole generation)
   int poll_ms = 200;
+  int max_retries = 2;  // further decode instances tried when a handoff fails before any output
   bool prefix_routing = true;
   PrefixAffinityOptions affinity;
 };
@@ -250,6 +252,8 @@ class Router {
     }
     return Json{{"role", "router"},
                 {"instances", list},
+                {"handoff_retries", retries_},
+                {"max_retries", args_.max_retries},
                 {"prefix_routing",
                  {{"enabled", args_.prefix_routing},
                   {"block_bytes", args_.affinity.block_bytes},
@@ -263,7 +267,8 @@ class Router {
   // pages); null when none is healthy. For prefill with prefix routing on and a prompt of at least
   // one block (`chain`), the instance that got the longest run of its leading blocks when its load
   // is within the slack (PrefixAffinity). Counts the request as routed there.
-  Instance* Pick(bool prefill, const std::vector<uint64_t>& chain = {}) {
+  // `exclude`: instances that already failed this request (a retry goes elsewhere).
+  Instance* Pick(bool prefill, const std::vector<uint64_t>& chain = {}, const std::vector<const Instance*>& exclude = {}) {
     std::lock_guard<std::mutex> l(mu_);
     size_t best = instances_.size();
     std::vector<PrefixAffinity::Candidate> candidates;
@@ -271,6 +276,7 @@ class Router {
     for (size_t i = 0; i < instances_.size(); ++i) {
       const Instance& in = *instances_[i];
       if (in.prefill != prefill || !in.healthy || (!prefill && in.transfer_address.empty())) continue;
+      if (std::find(exclude.begin(), exclude.end(), &in) != exclude.end()) continue;
       if (best == instances_.size() || key(in) < key(*instances_[best])) best = i;
       candidates.push_back({i, in.load + in.routed});
     }
@@ -329,53 +335,92 @@ class Router {
     Instance* p = Pick(true, args_.prefix_routing ? BlockChain(PromptKey(body), args_.affinity.block_bytes)
                                                   : std::vector<uint64_t>{});
     if (!p) return serve::RespondError(*ex, Error(503, "no prefill instance is available"));
-    Instance* d = Pick(false);
-    if (!d) {
-      Done(p, false);
-      return serve::RespondError(*ex, Error(503, "no decode instance is available"));
-    }
-    uint64_t id;
-    std::string to;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      id = rng_() >> 1;  // (decimal in a header; any 63-bit value)
-      to = d->transfer_address;
-    }
-    // 1. Prefill: the prompt and its first token; 200 only once the decode instance holds the cache.
+    // A handoff that fails before anything reached the client is tried again with another decode
+    // instance (up to --max-retries more): the prefill instance answered 503 (its transfer to the
+    // decode instance failed; it released the cache), or the decode instance could not be reached,
+    // or answered 404 (no cache under the transfer id) or 5xx. Each try prefills again under a
+    // fresh transfer id. Other answers (a 400 for a bad field, ...) go to the client as they are.
     Json pre = body;
     pre["stream"] = false;
     pre.erase("stream_options");
-    auto headers = Forwarded(req);
-    headers.emplace_back("X-Gyre-Transfer-Id", std::to_string(id));
-    {
-      UpstreamCall c;
-      Status s = c.Start(p->ep, http::verb::post, req.path, pre.dump(), [&] {
-        auto h = headers;
-        h.emplace_back("X-Gyre-Transfer-To", to);
-        return h;
-      }(), args_.timeout_s);
-      Done(p, !s.ok());
-      if (!s.ok()) {
-        Done(d, false);
-        return serve::RespondError(*ex, Error(502, "prefill instance " + p->url + " is unreachable: " + s.message()));
+    const std::string pre_body = pre.dump();
+    std::vector<const Instance*> failed;
+    std::shared_ptr<UpstreamCall> c;
+    Instance* d = nullptr;
+    bool p_held = true;  // counted in p->routed (Pick) until its prefill answered
+    auto release_p = [&](bool unreachable) {
+      if (p_held) Done(p, unreachable);
+      p_held = false;
+    };
+    for (int attempt = 0;; ++attempt) {
+      const bool last = attempt >= args_.max_retries;
+      d = Pick(false, {}, failed);
+      if (!d) {
+        release_p(false);
+        return serve::RespondError(*ex, Error(503, failed.empty() ? "no decode instance is available"
+                                                                  : "no other decode instance is available after " +
+                                                                        std::to_string(failed.size()) + " failed handoffs"));
       }
-      if (c.status() != 200) {
-        Done(d, false);
-        return RelayWhole(c, *ex, "prefill");
+      if (attempt > 0) {
+        std::lock_guard<std::mutex> l(mu_);
+        ++retries_;
+        if (!p_held) ++p->routed;
+        p_held = true;
       }
-      std::string ignored;
-      if (Status r = c.ReadAll(&ignored); !r.ok()) {
-        Done(d, false);
-        return serve::RespondError(*ex, Error(502, "prefill instance " + p->url + ": " + r.message()));
+      uint64_t id;
+      std::string to;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        id = rng_() >> 1;  // (decimal in a header; any 63-bit value)
+        to = d->transfer_address;
       }
+      auto headers = Forwarded(req);
+      headers.emplace_back("X-Gyre-Transfer-Id", std::to_string(id));
+      // 1. Prefill: the prompt and its first token; 200 only once the decode instance holds the cache.
+      {
+        UpstreamCall pc;
+        auto pre_headers = headers;
+        pre_headers.emplace_back("X-Gyre-Transfer-To", to);
+        Status s = pc.Start(p->ep, http::verb::post, req.path, pre_body, pre_headers, args_.timeout_s);
+        if (!s.ok()) {
+          release_p(true);
+          Done(d, false);
+          return serve::RespondError(*ex, Error(502, "prefill instance " + p->url + " is unreachable: " + s.message()));
+        }
+        if (pc.status() == 503 && !last) {  // the transfer to `d` failed
+          std::string ignored;
+          (void)pc.ReadAll(&ignored);
+          Done(d, false);
+          failed.push_back(d);
+          continue;
+        }
+        if (pc.status() != 200) {
+          release_p(false);
+          Done(d, false);
+          return RelayWhole(pc, *ex, "prefill");
+        }
+        std::string ignored;
+        Status r = pc.ReadAll(&ignored);
+        release_p(false);
+        if (!r.ok()) {
+          Done(d, false);
+          return serve::RespondError(*ex, Error(502, "prefill instance " + p->url + ": " + r.message()));
+        }
+      }
+      // 2. Decode: relayed as it comes.
+      c = std::make_shared<UpstreamCall>();
+      Status s = c->Start(d->ep, http::verb::post, req.path, req.body, headers, args_.timeout_s);
+      Done(d, !s.ok());
+      const bool retry = !s.ok() || c->status() == 404 || c->status() >= 500;
+      if (retry && !last) {
+        failed.push_back(d);
+        continue;
+      }
+      if (!s.ok())
+        return serve::RespondError(*ex, Error(502, "decode instance " + d->url + " is unreachable: " + s.message()));
+      break;
     }
-    // 2. Decode: relayed as it comes.
-    auto c = std::make_shared<UpstreamCall>();
     ex->OnAbort([c] { c->Close(); });  // the client left: the decode instance sees its request go
-    Status s = c->Start(d->ep, http::verb::post, req.path, req.body, headers, args_.timeout_s);
-    Done(d, !s.ok());
-    if (!s.ok())
-      return serve::RespondError(*ex, Error(502, "decode instance " + d->url + " is unreachable: " + s.message()));
     const bool sse = c->content_type().rfind("text/event-stream", 0) == 0;
     if (c->status() != 200 || !sse) return RelayWhole(*c, *ex, "decode");
     ex->StartStream(200, c->content_type());
@@ -400,6 +445,7 @@ class Router {
   std::mutex mu_;
   PrefixAffinity affinity_;  // guarded by mu_
   int64_t prefill_requests_ = 0, routed_by_prefix_ = 0, matched_blocks_ = 0;
+  int64_t retries_ = 0;  // handoffs tried again with another decode instance
   std::condition_variable cv_;
   bool stopping_ = false;
   int64_t active_ = 0;
@@ -464,6 +510,12 @@ void AddRouterCommand(CLI::App& app, std::function<int()>* runner) {
   r->add_option("--http-threads", a->http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256))->capture_default_str();
   r->add_option("--timeout-s", a->timeout_s, "longest wait for one instance's answer (a whole generation)")
       ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  r->add_option("--max-retries", a->max_retries,
+                "further decode instances to try when a handoff fails before any output reached the client (the "
+                "prefill instance's transfer failed, or the decode instance is unreachable or has no cache for it); "
+                "each try prefills again")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   r->add_option("--poll-ms", a->poll_ms, "how often each instance's GET /disagg/status is read (load balancing, health)")
       ->check(CLI::Range(10, 60000))

@@ -3,8 +3,9 @@
 # `--role decode` instance gives the colocated server's greedy outputs byte for byte through the
 # OpenAI API (completions and chat, plain and streamed, a prompt prefilled in chunks, prompts
 # ending exactly on a page boundary, concurrent requests); both instances' pools return to zero;
-# then with the decode instance killed the router and the prefill instance answer with an error
-# status and the prefill instance's pools return to zero. An image request is refused through the
+# a router whose preferred decode instance cannot take transfers retries on the other (and, with
+# --max-retries 0, answers the prefill's 503); then with the decode instance killed the router and
+# the prefill instance answer with an error status and the prefill instance's pools return to zero. An image request is refused through the
 # router (400, naming images) while the colocated server answers it. Usage: router.sh GYRE_BINARY MODEL_DIR
 # GYRE_SERVE_EXTRA (optional, word-split) is added to every `gyre serve`: with "--backend cuda ..."
 # the same checks run on GPU instances (scripts/gpu_check.sh step `disagg`), except the image ones
@@ -70,9 +71,9 @@ fi
 pids+=($!)
 wait_port router
 
-python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" "$media" "${GYRE_SERVE_EXTRA:-}" <<'PY'
+python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" "$media" "${GYRE_SERVE_EXTRA:-}" "$gyre" <<'PY'
 import base64, json, os, signal, sys, threading, time, urllib.error, urllib.request
-colo, router, prefill, decode, decode_pid, media, extra = sys.argv[1:8]
+colo, router, prefill, decode, decode_pid, media, extra, gyre = sys.argv[1:9]
 cuda = "--backend cuda" in extra
 failures = []
 def check(ok, what):
@@ -203,6 +204,60 @@ check(dst["transfers_completed"] >= n_ok and dst["receiver_held_bytes"] == 0, f"
 metrics = http(prefill, "/metrics")[1]
 check("gyre_disagg_transfer_latency_seconds_count" in metrics and "gyre_disagg_transfers_total{" in metrics,
       "the prefill instance exports transfer metrics")
+
+# Retries: a router whose first choice of decode instance is a fake that reports itself healthy,
+# idle and with the most free pages, and a transfer address nobody listens on. The prefill's
+# transfer to it fails (503) and the router tries the real decode instance: the client gets the
+# colocated output. With --max-retries 0 the same request ends with the prefill's 503.
+import socket, subprocess
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # (not `import http`: http() is ours)
+probe = socket.socket()
+probe.bind(("127.0.0.1", 0))
+dead_port = probe.getsockname()[1]
+probe.close()
+class FakeDecode(BaseHTTPRequestHandler):
+    def reply(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.reply(200, {"role": "decode", "num_running": 0, "num_waiting": 0, "kv_pages_free": 10**9,
+                         "transfer_address": f"127.0.0.1:{dead_port}"})
+    def do_POST(self):
+        self.reply(503, {"error": {"message": "fake decode instance", "type": "service_unavailable"}})
+    def log_message(self, *args):
+        pass
+fake = ThreadingHTTPServer(("127.0.0.1", 0), FakeDecode)
+threading.Thread(target=fake.serve_forever, daemon=True).start()
+def start_router(*extra_args):
+    proc = subprocess.Popen([gyre, "router", "--port", "0", "--prefill", f"http://127.0.0.1:{prefill}",
+                             "--decode", f"http://127.0.0.1:{fake.server_port}", "--decode", f"http://127.0.0.1:{decode}",
+                             "--poll-ms", "100", *extra_args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    port = line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1] if "listening on" in line else None
+    check(port is not None, f"a router with a fake decode instance started: {line!r}")
+    return proc, port
+retry_router, rport = start_router()
+body = {"model": "m", "prompt": "Hello there, retry", "max_tokens": 6, "temperature": 0}
+want = generate(colo, "/v1/completions", body)
+for stream in (False, True):
+    got = generate(rport, "/v1/completions", {**body, "stream": stream})
+    check(got == want, f"router retries on the real decode instance (stream={stream}): {got} vs {want}")
+rst = json.loads(http(rport, "/disagg/status")[1])
+check(rst["handoff_retries"] == 2 and rst["max_retries"] == 2, f"the router counted its retries: {rst}")
+retry_router.terminate()
+retry_router.wait(10)
+no_retry, nport = start_router("--max-retries", "0")
+status, raw = http(nport, "/v1/completions", body)
+check(status == 503 and "transfer" in raw, f"without retries the failed handoff is the answer: {status} {raw}")
+no_retry.terminate()
+no_retry.wait(10)
+fake.shutdown()
+pools_zero(prefill, "prefill after the retries")
+pools_zero(decode, "decode after the retries")
 
 # The decode instance dies: the prefill's transfer fails (503, its pools return to zero) and the
 # router answers with an error status, never with output.
