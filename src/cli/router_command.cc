@@ -70,6 +70,7 @@ class UpstreamCall {
     auto hosts = resolver.resolve(ep.host, ep.port, ec);
     if (!ec) asio::connect(socket_, hosts, ec);
     if (ec) return Status::Unavailable("cannot connect to " + ep.host + ":" + ep.port + ": " + ec.message());
+    connected_ = true;
     timeval tv{static_cast<time_t>(timeout_s), static_cast<suseconds_t>((timeout_s - static_cast<int64_t>(timeout_s)) * 1e6)};
     setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     http::request<http::string_body> req{verb, ep.prefix + path, 11};
@@ -86,6 +87,8 @@ class UpstreamCall {
     if (ec) return Status::Unavailable("no answer from " + ep.host + ":" + ep.port + ": " + ec.message());
     return Status::Ok();
   }
+  // Whether Start got as far as a connection (after a failed Start: the request may have arrived).
+  bool connected() const { return connected_; }
   int status() const { return static_cast<int>(parser_.get().result_int()); }
   std::string content_type() const { return std::string(parser_.get()[http::field::content_type]); }
   bool done() const { return parser_.is_done(); }
@@ -122,6 +125,7 @@ class UpstreamCall {
   asio::ip::tcp::socket socket_{ioc_};
   beast::flat_buffer buf_;
   http::response_parser<http::buffer_body> parser_;
+  bool connected_ = false;
 };
 
 // One instance as the router sees it.
@@ -332,14 +336,17 @@ class Router {
     Json body = Json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object())
       return serve::RespondError(*ex, Error(400, "the request body is not a JSON object"));
-    Instance* p = Pick(true, args_.prefix_routing ? BlockChain(PromptKey(body), args_.affinity.block_bytes)
-                                                  : std::vector<uint64_t>{});
+    const std::vector<uint64_t> chain =
+        args_.prefix_routing ? BlockChain(PromptKey(body), args_.affinity.block_bytes) : std::vector<uint64_t>{};
+    Instance* p = Pick(true, chain);
     if (!p) return serve::RespondError(*ex, Error(503, "no prefill instance is available"));
+    std::vector<const Instance*> failed_prefill;
     // A handoff that fails before anything reached the client is tried again with another decode
     // instance (up to --max-retries more): the prefill instance answered 503 (its transfer to the
     // decode instance failed; it released the cache), or the decode instance could not be reached,
-    // or answered 404 (no cache under the transfer id) or 5xx. Each try prefills again under a
-    // fresh transfer id. Other answers (a 400 for a bad field, ...) go to the client as they are.
+    // or answered 404 (no cache under the transfer id) or 5xx. A prefill instance that cannot be
+    // connected to is replaced by another (same budget). Each try prefills again under a fresh
+    // transfer id. Other answers (a 400 for a bad field, ...) go to the client as they are.
     Json pre = body;
     pre["stream"] = false;
     pre.erase("stream_options");
@@ -385,6 +392,16 @@ class Router {
         if (!s.ok()) {
           release_p(true);
           Done(d, false);
+          // Nothing reached a prefill instance that could not be connected to: another one may
+          // take the request (one that was connected may be running it: not tried again).
+          if (!pc.connected() && !last) {
+            failed_prefill.push_back(p);
+            if (Instance* q = Pick(true, chain, failed_prefill)) {
+              p = q;
+              p_held = true;
+              continue;
+            }
+          }
           return serve::RespondError(*ex, Error(502, "prefill instance " + p->url + " is unreachable: " + s.message()));
         }
         if (pc.status() == 503 && !last) {  // the transfer to `d` failed

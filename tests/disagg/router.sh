@@ -4,7 +4,8 @@
 # OpenAI API (completions and chat, plain and streamed, a prompt prefilled in chunks, prompts
 # ending exactly on a page boundary, concurrent requests); both instances' pools return to zero;
 # a router whose preferred decode instance cannot take transfers retries on the other (and, with
-# --max-retries 0, answers the prefill's 503); then with the decode instance killed the router and
+# --max-retries 0, answers the prefill's 503), and one whose preferred prefill instance has gone
+# sends the request to the other; then with the decode instance killed the router and
 # the prefill instance answer with an error status and the prefill instance's pools return to zero. An image request is refused through the
 # router (400, naming images) while the colocated server answers it. Usage: router.sh GYRE_BINARY MODEL_DIR
 # GYRE_SERVE_EXTRA (optional, word-split) is added to every `gyre serve`: with "--backend cuda ..."
@@ -256,6 +257,27 @@ check(status == 503 and "transfer" in raw, f"without retries the failed handoff 
 no_retry.terminate()
 no_retry.wait(10)
 fake.shutdown()
+# A prefill instance that was healthy at the router's last poll and is gone when a request comes
+# (nobody listens on its port any more): the request goes to the other prefill instance.
+class FakePrefill(FakeDecode):
+    def do_GET(self):
+        self.reply(200, {"role": "prefill", "num_running": 0, "num_waiting": 0, "kv_pages_free": 10**9})
+gone = ThreadingHTTPServer(("127.0.0.1", 0), FakePrefill)
+threading.Thread(target=gone.serve_forever, daemon=True).start()
+proc = subprocess.Popen([gyre, "router", "--port", "0", "--prefill", f"http://127.0.0.1:{gone.server_port}",
+                         "--prefill", f"http://127.0.0.1:{prefill}", "--decode", f"http://127.0.0.1:{decode}",
+                         "--poll-ms", "60000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+line = proc.stdout.readline()
+gport = line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1] if "listening on" in line else None
+check(gport is not None, f"a router with a vanishing prefill instance started: {line!r}")
+gone.shutdown()
+gone.server_close()  # (its one poll said healthy; the next is a minute away)
+got = generate(gport, "/v1/completions", body)
+check(got == want, f"a request skips a prefill instance that cannot be reached: {got} vs {want}")
+gst = json.loads(http(gport, "/disagg/status")[1])
+check(gst["handoff_retries"] == 1 and not gst["instances"][0]["healthy"], f"the vanished instance is marked: {gst}")
+proc.terminate()
+proc.wait(10)
 pools_zero(prefill, "prefill after the retries")
 pools_zero(decode, "decode after the retries")
 
