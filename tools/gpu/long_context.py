@@ -20,7 +20,9 @@ request's usage counts its prompt tokens and every short request was answered wi
 (no starvation). Needs no reference; correctness at length is `gyre verify length`.
 Runs: bench/results/long_context_89141d2/ (H200, full depth, 1,048,576 tokens: TTFT 273 s, 14.9 ms per
 token, and a short request starved 268 s, fixed in 5690138), bench/results/gpu_check_5690138/long_context/
-(H100, 4 layers: short requests answered in <= 1.3 s during the 1M prefill).
+(H100, 4 layers: short requests answered in <= 1.3 s during the 1M prefill), bench/results/gpu_check_1bfb276/
+and gpu_check_7bcea96/ (H100, 4 layers, four long requests at once: a short request waited 38 s, then
+<= 1.43 s after the admission-room fix).
 """
 import argparse
 import json
