@@ -79,6 +79,8 @@ struct Request {
   // Phase boundaries for Usage (steady clock): Submit, first admission, first and last token.
   // Zero until reached; a preempted request keeps its first admission.
   std::chrono::steady_clock::time_point submitted, first_scheduled, first_token, last_token;
+  // The last step that ran a piece of it (Submit until then): EngineStats::max_request_stall_s.
+  std::chrono::steady_clock::time_point last_scheduled;
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
 };
 
@@ -207,7 +209,7 @@ class EngineImpl final : public Engine {
                 q.sampling.min_tokens == 0 && q.logit_bias.empty() && !q.constraint && q.top_logprobs == 0;
     }
     r->imported = std::move(imported);
-    r->submitted = std::chrono::steady_clock::now();
+    r->submitted = r->last_scheduled = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(mu_);
     if (!running_flag_) return Status::Unavailable("the engine is not running");
     if (static_cast<int64_t>(inbox_.size() + num_waiting_) >= opts_.max_waiting) {
@@ -653,8 +655,10 @@ class EngineImpl final : public Engine {
     }
     InFlight f;
     Status saved;
+    const auto launched = std::chrono::steady_clock::now();
     for (size_t i = 0; i < sched.size(); ++i) {
       Request* r = sched[i];
+      r->last_scheduled = launched;
       const int64_t n = static_cast<int64_t>(pieces[i].ids.size());
       prefill_tokens_computed_ += std::max<int64_t>(0, std::min(r->num_scheduled + n, r->num_prefill) - r->num_scheduled);
       r->num_scheduled += n;
@@ -868,6 +872,13 @@ class EngineImpl final : public Engine {
     stats_.prompt_tokens_total = prompt_tokens_total_;
     stats_.generation_tokens_total = generation_tokens_total_;
     stats_.requests_finished = requests_finished_;
+    {
+      const auto now = std::chrono::steady_clock::now();
+      double stall = 0;
+      for (const auto* q : {&running_, &waiting_})
+        for (const auto& r : *q) stall = std::max(stall, std::chrono::duration<double>(now - r->last_scheduled).count());
+      stats_.max_request_stall_s = stall;
+    }
     stats_.max_model_len = max_model_len_;
     stats_.prefill_tokens_computed = prefill_tokens_computed_;
     stats_.spec_verify_pieces = spec_verify_pieces_;

@@ -172,6 +172,11 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t requests_finished = 0;
   int64_t max_model_len = 0;
+  // Starvation, live: the longest time any running or waiting request has gone without a piece in
+  // a step (since Submit if it never had one), when the stats were last published (each step).
+  // Decoding requests read about one step; a request admitted but given no budget, or queued,
+  // grows. /metrics: gyre_request_max_stall_seconds.
+  double max_request_stall_s = 0;
   // Prefix caching (zero when off). kv_pages_used above excludes the unreferenced cached blocks,
   // which the engine evicts when it needs pages: they are prefix_cache_evictable_blocks.
   bool prefix_caching = false;

@@ -290,6 +290,37 @@ struct WatchedEngine {
   std::unique_ptr<Engine> engine;
 };
 
+// Holds the engine thread in its first Launch until Release(): requests submitted between
+// WaitEntered() and Release() arrive while the first step's pieces are scheduled.
+class FirstLaunchGate {
+ public:
+  explicit FirstLaunchGate(WatchingRunner& w) {
+    w.before_launch = [this] {
+      std::unique_lock<std::mutex> l(mu_);
+      if (entered_) return;
+      entered_ = true;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return release_; });
+    };
+  }
+  bool WaitEntered() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(60), [&] { return entered_; });
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      release_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false, release_ = false;
+};
+
 // Overlap is real: the engine launches step n+1 before collecting step n, feeding decodes the
 // in-flight token (kPrevToken); switched off, it never does. Both give the standalone tokens.
 TEST_P(EngineOnRunner, OverlapLaunchesAheadWithInFlightTokens) {
@@ -387,16 +418,7 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
     ASSERT_TRUE(w.status.ok()) << w.status.ToString();
     // The engine thread waits in its first Launch (the long request's first piece) until the
     // short request is queued, so the short one arrives during the long prefill on every run.
-    std::mutex mu;
-    std::condition_variable cv;
-    bool entered = false, release = false;
-    w.watch->before_launch = [&] {
-      std::unique_lock<std::mutex> l(mu);
-      if (entered) return;
-      entered = true;
-      cv.notify_all();
-      cv.wait(l, [&] { return release; });
-    };
+    FirstLaunchGate gate(*w.watch);
     struct Ordered : Collector {
       std::atomic<int>* counter = nullptr;
       int rank = -1;
@@ -414,10 +436,7 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
     lp.max_tokens = 1;
     lp.ignore_eos = true;
     ASSERT_TRUE(w.engine->Submit(lp, long_sink).ok());
-    {
-      std::unique_lock<std::mutex> l(mu);
-      ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(60), [&] { return entered; }));
-    }
+    ASSERT_TRUE(gate.WaitEntered());
     if (k.longs == 2) {
       lp.prompt = Ids(600, 43);
       ASSERT_TRUE(w.engine->Submit(lp, long2_sink).ok());
@@ -427,11 +446,7 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
     sp.max_tokens = 2;
     sp.ignore_eos = true;
     ASSERT_TRUE(w.engine->Submit(sp, short_sink).ok());
-    {
-      std::lock_guard<std::mutex> l(mu);
-      release = true;
-    }
-    cv.notify_all();
+    gate.Release();
     long_sink->Wait();
     short_sink->Wait();
     if (k.longs == 2) long2_sink->Wait();
@@ -451,6 +466,47 @@ TEST_P(EngineOnRunner, AWaitingRequestStartsDuringALongPrefill) {
       EXPECT_EQ(long_sink->rank, 0) << "without the cap the long prefill keeps the whole budget";
     }
   }
+}
+
+// EngineStats::max_request_stall_s (gyre_request_max_stall_seconds): a request queued behind a
+// long prefill (one slot) shows its wait at least as long as the test held it; with nothing left
+// to run it reads 0. Lower bounds set by the test's own sleep, not timings of the engine.
+TEST_P(EngineOnRunner, StallGaugeShowsAQueuedRequest) {
+  auto model = MakeModel();
+  EngineOptions eo;
+  eo.max_num_seqs = 1;
+  eo.max_num_batched_tokens = 16;
+  WatchedEngine w(GetParam(), *model, eo);
+  ASSERT_TRUE(w.status.ok()) << w.status.ToString();
+  FirstLaunchGate gate(*w.watch);
+  auto a = std::make_shared<Collector>(), b = std::make_shared<Collector>();
+  RequestParams lp;
+  lp.prompt = Ids(400, 51);  // 25 steps of 16 tokens, B waiting for the only slot
+  lp.max_tokens = 1;
+  lp.ignore_eos = true;
+  ASSERT_TRUE(w.engine->Submit(lp, a).ok());
+  ASSERT_TRUE(gate.WaitEntered());
+  RequestParams sp;
+  sp.prompt = Ids(5, 52);
+  sp.max_tokens = 1;
+  ASSERT_TRUE(w.engine->Submit(sp, b).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  gate.Release();
+  double seen = 0;
+  for (int i = 0; i < 2000 && seen < 0.08; ++i) {
+    seen = std::max(seen, w.engine->Stats().max_request_stall_s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(seen, 0.08) << "the queued request's wait does not show";
+  a->Wait();
+  b->Wait();
+  EngineStats st = w.engine->Stats();
+  for (int i = 0; i < 500 && (st.num_running != 0 || st.num_waiting != 0 || st.max_request_stall_s != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    st = w.engine->Stats();
+  }
+  EXPECT_EQ(st.max_request_stall_s, 0.0);
+  w.engine->Stop();
 }
 
 // A constraint whose allowed set depends on the previous token: after token t only
