@@ -482,9 +482,16 @@ class EngineImpl final : public Engine {
     // otherwise take all of it.
     int64_t piece_cap = std::numeric_limits<int64_t>::max(), prefill_room = piece_cap;
     bool long_pass = false;  // the cap and the room apply to long prefills (pass 2 below)
+    // The pass of a running request in step 1 below: 0 decoding (at most one known token left to
+    // run), 1 a short prefill (with a threshold: a rest of at most `threshold` tokens), 2 a long one.
+    const int64_t short_rest = opts_.long_prefill_token_threshold;
+    auto pass_of = [short_rest](const Request& r) {
+      const int64_t rest = static_cast<int64_t>(r.tokens.size()) - r.num_scheduled;
+      return rest <= 1 ? 0 : (short_rest > 0 && rest <= short_rest ? 1 : 2);
+    };
     if (opts_.long_prefill_token_threshold > 0) {
       int64_t prefilling = 0;
-      for (const auto& r : running_) prefilling += r->num_scheduled + 1 < static_cast<int64_t>(r->tokens.size());
+      for (const auto& r : running_) prefilling += pass_of(*r) != 0;
       const bool admissible = !waiting_.empty() && slots_.num_free() > 0;
       if (admissible || prefilling > 1) piece_cap = opts_.long_prefill_token_threshold;
       if (admissible) prefill_room = std::max<int64_t>(0, budget - opts_.long_prefill_token_threshold);
@@ -542,16 +549,12 @@ class EngineImpl final : public Engine {
     // in_step[i]: running_[i] has a piece in this step (preemption only pops from the back, so
     // indices stay valid).
     std::vector<char> in_step(running_.size(), 0);
-    const int64_t short_rest = opts_.long_prefill_token_threshold;
     for (const int pass : {0, 1, 2}) {
       long_pass = pass == 2;
       for (size_t i = 0; i < running_.size() && budget > 0 && sched.size() < max_pieces;) {
         Request* r = running_[i].get();
-        const int64_t rest = static_cast<int64_t>(r->tokens.size()) - r->num_scheduled;
-        const bool decoding = rest <= 1;
-        const int request_pass = decoding ? 0 : (short_rest > 0 && rest <= short_rest ? 1 : 2);
         StepPiece p;
-        if (request_pass != pass || in_step[i] || !next_piece(r, &p)) {
+        if (pass_of(*r) != pass || in_step[i] || !next_piece(r, &p)) {
           ++i;
           continue;
         }

@@ -132,7 +132,6 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     RequestId id = 0;
     Role role = Role::kArrival;
     bool cancel = false;
-    bool decode() const { return role == Role::kDecode; }
   };
   std::vector<Sent> sent;
   auto submit = [&](int64_t len, int64_t tokens, Role role, bool cancel) -> Status {
@@ -196,7 +195,8 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
   }
   // Arrivals submitted while a long prompt was still prefilling: their time to first token and to
   // their last token, over the long prefill's span (first long Submit -> last long first token).
-  double long_ttft = 0, long_ttft_min = 0, starved_ttft = 0, starved_e2e = 0;
+  std::vector<double> long_ttft;
+  double starved_ttft = 0, starved_e2e = 0;
   int64_t during_long = 0, started_before_long = 0;
   double max_gap_in_window = 0;
   std::vector<double> ttft, arrival_ttft, itl, rates, queue;
@@ -212,17 +212,14 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     if (times.empty()) continue;
     ttft.push_back(Ms(times[0] - s.sink->submitted()));
     if (s.role == Role::kArrival) arrival_ttft.push_back(ttft.back());
-    if (s.role == Role::kLong) {
-      long_ttft_min = long_ttft > 0 ? std::min(long_ttft_min, ttft.back()) : ttft.back();
-      long_ttft = std::max(long_ttft, ttft.back());
-    }
+    if (s.role == Role::kLong) long_ttft.push_back(ttft.back());
     if (long_prompts > 0 && s.role == Role::kArrival && !s.cancel && s.sink->submitted() < long_end) {
       ++during_long;
       starved_ttft = std::max(starved_ttft, ttft.back());
       starved_e2e = std::max(starved_e2e, Ms(times.back() - s.sink->submitted()));
       if (times[0] < long_end) ++started_before_long;
     }
-    if (s.decode()) {
+    if (s.role == Role::kDecode) {
       for (size_t k = 1; k < times.size(); ++k) {
         if (times[k] >= arrivals_begin && times[k - 1] <= arrivals_end) itl.push_back(Ms(times[k] - times[k - 1]));
         if (times[k] > arrivals_begin && times[k - 1] < window_end) {
@@ -250,8 +247,9 @@ Result<std::map<std::string, double>> RunEngineScenario(const Model& model, cons
     out["stall_share"] = max_gap_in_window / std::max(1e-9, Ms(window_end - arrivals_begin));
   }
   if (long_prompts > 0) {
-    out["long_ttft_ms"] = long_ttft;
-    if (long_prompts > 1 && long_ttft > 0) out["long_ttft_ratio"] = long_ttft_min / long_ttft;
+    const auto [lo, hi] = std::minmax_element(long_ttft.begin(), long_ttft.end());
+    out["long_ttft_ms"] = long_ttft.empty() ? 0.0 : *hi;
+    if (long_ttft.size() > 1 && *hi > 0) out["long_ttft_ratio"] = *lo / *hi;
     out["arrivals_during_long"] = static_cast<double>(during_long);
     out["arrivals_started_before_long"] = static_cast<double>(started_before_long);
     if (during_long > 0 && long_end > long_begin) {
