@@ -17,14 +17,24 @@ class ExportSink final : public RequestSink {
  public:
   ExportSink(std::shared_ptr<RequestSink> inner, DisaggNode* node, serve::DisaggTicket ticket)
       : inner_(std::move(inner)), node_(node), ticket_(std::move(ticket)) {}
-  void OnToken(const TokenEvent& ev) override { inner_->OnToken(ev); }
+  void OnToken(const TokenEvent& ev) override {
+    first_ = ev;  // (an export_prefilled request has one token: the first, sent with the cache)
+    inner_->OnToken(ev);
+  }
   void OnFinish(FinishReason reason, const Status& status, const Usage& usage) override {
     inner_->OnFinish(reason, status, usage);
   }
-  Status OnPrefilled(int64_t id, const PrefilledSequence& seq) override { return node_->StartSend(id, ticket_, seq); }
+  // On the engine thread, after OnToken gave the same token.
+  Status OnPrefilled(int64_t id, const PrefilledSequence& seq) override {
+    if (first_.id != seq.first_token)
+      return Status::Internal("the prefilled token " + std::to_string(seq.first_token) + " is not the emitted one (" +
+                              std::to_string(first_.id) + ")");
+    return node_->StartSend(id, ticket_, seq, first_);
+  }
 
  private:
   std::shared_ptr<RequestSink> inner_;
+  TokenEvent first_{.id = -1};
   DisaggNode* node_;
   const serve::DisaggTicket ticket_;
 };
@@ -93,7 +103,9 @@ Result<RequestId> DisaggNode::Submit(RequestParams params, std::shared_ptr<Reque
   GYRE_ASSIGN_OR_RETURN(transfer::SequenceImage image, Take(ticket.transfer_id));
   ImportedSequence seq;
   seq.num_tokens = image.num_tokens;
-  seq.first.id = image.next_token;  // (its logprob stays on the prefill instance: 0 here)
+  seq.first.id = image.next_token;
+  seq.first.logprob = image.next_logprob;
+  seq.first.top = image.next_top;
   auto shared = std::make_shared<transfer::SequenceImage>(std::move(image));
   seq.write = [this, shared](ModelRunner& runner, int32_t slot, std::span<const int32_t> pages) {
     GYRE_SPAN("transfer.import", "transfer");
@@ -104,13 +116,16 @@ Result<RequestId> DisaggNode::Submit(RequestParams params, std::shared_ptr<Reque
   return engine_->SubmitImported(std::move(params), std::move(seq), std::move(sink));
 }
 
-Status DisaggNode::StartSend(RequestId id, const serve::DisaggTicket& ticket, const PrefilledSequence& seq) {
+Status DisaggNode::StartSend(RequestId id, const serve::DisaggTicket& ticket, const PrefilledSequence& seq,
+                             const TokenEvent& first) {
   if (stop_) return Status::Unavailable("the server is stopping");
   Result<transfer::SequenceImage> image = [&] {
     GYRE_SPAN("transfer.export", "transfer");
     return transfer::ExportSequence(*seq.runner, seq.slot, seq.pages, seq.num_tokens, seq.first_token);
   }();
   if (!image.ok()) return image.error().WithContext("exporting the prefilled cache");
+  image->next_logprob = first.logprob;
+  image->next_top = first.top;
   ++in_flight_;
   auto shared = std::make_shared<transfer::SequenceImage>(std::move(*image));
   const bool queued = senders_->TrySubmit([this, id, ticket, shared](bool cancelled) {

@@ -68,8 +68,10 @@ class DisaggNode final : public serve::DisaggHandler {
   serve::Json StatusJson() const override;
   std::string Metrics(const std::string& labels) const override;
 
-  // Prefill: exports `seq` and queues its send (the engine thread, from the sink).
-  Status StartSend(RequestId id, const serve::DisaggTicket& ticket, const PrefilledSequence& seq);
+  // Prefill: exports `seq` with its first token's event (`first`: its logprob and alternatives go
+  // with the cache) and queues its send (the engine thread, from the sink).
+  Status StartSend(RequestId id, const serve::DisaggTicket& ticket, const PrefilledSequence& seq,
+                   const TokenEvent& first);
 
  private:
   DisaggNode(Engine* engine, const DisaggNodeOptions& opts);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -38,6 +39,11 @@ struct SequenceImage {
   CacheFormat format;
   int64_t num_tokens = 0;    // tokens whose rows are in the pages and whose state is in `state`
   int32_t next_token = -1;   // the token the prefill sampled (the decode's first input); -1: none
+  // Its log-probability and the request's top_logprobs alternatives (best first), as the prefill
+  // instance's engine reported them: the decode instance emits them with the token, so a client
+  // asking for logprobs gets the first token's too.
+  float next_logprob = 0;
+  std::vector<std::pair<int32_t, float>> next_top;
   std::vector<std::vector<std::byte>> pages;  // ceil(num_tokens / page_tokens) × bytes_per_page
   std::vector<std::byte> state;               // bytes_per_slot
 

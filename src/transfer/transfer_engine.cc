@@ -21,7 +21,7 @@ Status TransferSender::SendAttempt(uint64_t id, uint32_t attempt, const Sequence
                                    std::span<const uint64_t> sums) {
   const uint32_t num_pages = static_cast<uint32_t>(im.pages.size());
   FrameHeader h{.kind = FrameKind::kBegin, .request_id = id, .attempt = attempt, .seq = 0};
-  BeginInfo b{im.format, im.num_tokens, im.next_token, num_pages};
+  BeginInfo b{im.format, im.num_tokens, im.next_token, num_pages, im.next_logprob, im.next_top};
   GYRE_RETURN_IF_ERROR(conn_.Send(EncodeFrame(h, EncodeBegin(b))));
   int64_t bytes = 0;
   h.kind = FrameKind::kPiece;
@@ -284,7 +284,7 @@ void TransferReceiver::Handle(const FrameHeader& h, std::span<const std::byte> m
         return Refuse(id, st, Status::ResourceExhausted(RequestName(id) + ": " + std::to_string(total) +
                                                         " bytes exceed the receiver's limit"));
       if (st.begin && !(st.begin->format == b->format && st.begin->num_tokens == b->num_tokens &&
-                        st.begin->next_token == b->next_token))
+                        st.begin->SameFirst(*b)))
         return Refuse(id, st, Status::DataLoss(RequestName(id) + ": two different begin frames"));
       st.begin = *b;
       break;
@@ -349,6 +349,8 @@ void TransferReceiver::TryComplete(uint64_t id, Staging& st) {
   im.format = b.format;
   im.num_tokens = b.num_tokens;
   im.next_token = b.next_token;
+  im.next_logprob = b.next_logprob;
+  im.next_top = b.next_top;
   im.pages.reserve(b.num_pages);
   for (auto& [seq, piece] : st.pieces) {
     if (seq < b.num_pages) {

@@ -4,6 +4,7 @@
 // return to zero. Runner-level equivalence is in disagg_equivalence_test.cc.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -25,6 +26,9 @@ SequenceImage RandomImage(int64_t num_tokens, uint64_t seed, int64_t page_bytes 
   im.format = {"test", 16, page_bytes, slot_bytes, 42};
   im.num_tokens = num_tokens;
   im.next_token = static_cast<int32_t>(rng() % 1000);
+  im.next_logprob = -static_cast<float>(rng() % 10000) / 1000.0f;
+  im.next_top.resize(rng() % 4);  // top_logprobs 0..3
+  for (auto& [id, lp] : im.next_top) id = static_cast<int32_t>(rng() % 1000), lp = -static_cast<float>(rng() % 10000) / 1000.0f;
   im.pages.resize(PagesFor(im.format, num_tokens));
   for (auto& p : im.pages) {
     p.resize(page_bytes);
@@ -60,6 +64,26 @@ TEST(TransferWire, BeginRoundTripsAndRejectsInconsistentSizes) {
   EXPECT_EQ(d->format, b.format);
   EXPECT_EQ(d->num_tokens, 33);
   EXPECT_EQ(d->next_token, 5);
+  EXPECT_EQ(d->next_logprob, 0.0f);
+  EXPECT_TRUE(d->next_top.empty());
+  EXPECT_TRUE(d->SameFirst(b));
+  // The first token's logprob and alternatives travel bit for bit.
+  b.next_logprob = -1.25e-3f;
+  b.next_top = {{5, -1.25e-3f}, {901, -6.5f}, {7, -std::numeric_limits<float>::infinity()}};
+  d = DecodeBegin(EncodeBegin(b));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->next_logprob, b.next_logprob);
+  EXPECT_EQ(d->next_top, b.next_top);
+  EXPECT_TRUE(d->SameFirst(b));
+  BeginInfo other = b;
+  other.next_top[1].second = -6.25f;
+  EXPECT_FALSE(other.SameFirst(b));
+  // Every truncation of the frame is malformed (the alternatives are the tail).
+  const std::vector<std::byte> full = EncodeBegin(b);
+  for (size_t n = 0; n < full.size(); ++n) EXPECT_FALSE(DecodeBegin(std::span(full).first(n)).ok()) << n;
+  b.next_top.assign(kMaxTopLogprobs + 1, {1, -1.0f});
+  EXPECT_EQ(DecodeBegin(EncodeBegin(b)).status().code(), StatusCode::kDataLoss);
+  b.next_top.clear();
   b.num_pages = 2;  // 33 tokens need 3 pages of 16
   EXPECT_EQ(DecodeBegin(EncodeBegin(b)).status().code(), StatusCode::kDataLoss);
 }

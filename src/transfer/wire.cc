@@ -1,5 +1,6 @@
 #include "transfer/wire.h"
 
+#include <bit>
 #include <cstring>
 
 #include "transfer/checksum.h"
@@ -8,13 +9,14 @@ namespace gyre::transfer {
 namespace {
 
 constexpr uint32_t kMagic = 0x58545947;  // "GYTX"
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: the Begin frame carries the first token's logprob and alternatives
 
 class Writer {
  public:
   void U16(uint16_t v) { Int(v, 2); }
   void U32(uint32_t v) { Int(v, 4); }
   void U64(uint64_t v) { Int(v, 8); }
+  void F32(float v) { U32(std::bit_cast<uint32_t>(v)); }
   void Bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
   void Str(const std::string& s) {
     U32(static_cast<uint32_t>(s.size()));
@@ -36,6 +38,7 @@ class Reader {
   uint16_t U16() { return static_cast<uint16_t>(Int(2)); }
   uint32_t U32() { return static_cast<uint32_t>(Int(4)); }
   uint64_t U64() { return Int(8); }
+  float F32() { return std::bit_cast<float>(U32()); }
   std::string Str() {
     const uint32_t n = U32();
     if (!ok_ || n > in_.size() - pos_) return Fail(), std::string();
@@ -127,7 +130,22 @@ std::vector<std::byte> EncodeBegin(const BeginInfo& b) {
   w.U64(static_cast<uint64_t>(b.format.bytes_per_slot));
   w.U64(b.format.model_fingerprint);
   w.Str(b.format.backend);
+  w.F32(b.next_logprob);
+  w.U32(static_cast<uint32_t>(b.next_top.size()));
+  for (const auto& [id, lp] : b.next_top) {
+    w.U32(static_cast<uint32_t>(id));
+    w.F32(lp);
+  }
   return std::move(w.out());
+}
+
+bool BeginInfo::SameFirst(const BeginInfo& o) const {
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  if (next_token != o.next_token || bits(next_logprob) != bits(o.next_logprob) || next_top.size() != o.next_top.size())
+    return false;
+  for (size_t i = 0; i < next_top.size(); ++i)
+    if (next_top[i].first != o.next_top[i].first || bits(next_top[i].second) != bits(o.next_top[i].second)) return false;
+  return true;
 }
 
 Result<BeginInfo> DecodeBegin(std::span<const std::byte> p) {
@@ -141,6 +159,13 @@ Result<BeginInfo> DecodeBegin(std::span<const std::byte> p) {
   b.format.bytes_per_slot = static_cast<int64_t>(r.U64());
   b.format.model_fingerprint = r.U64();
   b.format.backend = r.Str();
+  b.next_logprob = r.F32();
+  const uint32_t num_top = r.U32();
+  if (num_top > kMaxTopLogprobs) return Status::DataLoss("malformed begin frame: " + std::to_string(num_top) + " alternatives");
+  for (uint32_t i = 0; i < num_top && r.ok(); ++i) {
+    const auto id = static_cast<int32_t>(r.U32());
+    b.next_top.emplace_back(id, r.F32());
+  }
   if (!r.done()) return Status::DataLoss("malformed begin frame");
   if (b.num_tokens < 1 || b.format.bytes_per_page < 0 || b.format.bytes_per_slot < 0 || b.format.page_tokens < 1 ||
       static_cast<int64_t>(b.num_pages) != PagesFor(b.format, b.num_tokens))

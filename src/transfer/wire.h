@@ -36,11 +36,17 @@ struct FrameHeader {
   uint64_t payload_checksum = 0;  // XXH64 of the payload
 };
 
+inline constexpr size_t kMaxTopLogprobs = 256;  // a Begin frame with more alternatives is malformed
+
 struct BeginInfo {
   CacheFormat format;
   int64_t num_tokens = 0;
   int32_t next_token = -1;
   uint64_t num_pages = 0;
+  float next_logprob = 0;                            // SequenceImage::next_logprob
+  std::vector<std::pair<int32_t, float>> next_top;   // SequenceImage::next_top (at most kMaxTopLogprobs)
+  // The same first token, logprob and alternatives (floats compared by their bits).
+  bool SameFirst(const BeginInfo& o) const;
 };
 
 struct EndInfo {

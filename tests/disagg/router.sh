@@ -145,6 +145,48 @@ ts = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
 for i in range(len(cases)):
     check(got[i] == want[i], f"concurrent case {i}: {want[i]!r} vs {got[i]!r}")
 
+# Logprobs: the first token's (sampled by the prefill instance, emitted by the decode instance)
+# and its alternatives travel with the cache, so the router's answer has the colocated logprobs.
+def logprob_rows(port, path, body):
+    status, raw = http(port, path, body)
+    if status != 200:
+        return f"HTTP {status}: {raw}"
+    events = [json.loads(l[6:]) for l in raw.splitlines() if l.startswith("data: ") and l != "data: [DONE]"] \
+        if body.get("stream") else [json.loads(raw)]
+    rows = []  # (token, logprob, {alternative: logprob})
+    for ev in events:
+        for ch in ev["choices"]:
+            lp = ch.get("logprobs")
+            if not lp:
+                continue
+            if "content" in lp:  # chat
+                rows += [(e["token"], e["logprob"], {a["token"]: a["logprob"] for a in e["top_logprobs"]})
+                         for e in lp["content"] or []]
+            else:
+                rows += list(zip(lp["tokens"], lp["token_logprobs"], [t or {} for t in lp["top_logprobs"]]))
+    return rows
+
+def close_rows(a, b, tol):
+    if isinstance(a, str) or isinstance(b, str) or len(a) != len(b):
+        return False
+    for (ta, la, aa), (tb, lb, ab) in zip(a, b):
+        if ta != tb or abs(la - lb) > tol or aa.keys() != ab.keys() or any(abs(aa[k] - ab[k]) > tol for k in aa):
+            return False
+    return True
+
+lp_tol = 2e-2 if cuda else 1e-4  # (the same computation; cuda batches may differ in reduction order)
+for stream in (False, True):
+    for path, body in (("/v1/completions", {"model": "m", "prompt": "The quick brown fox", "max_tokens": 4,
+                                            "temperature": 0, "ignore_eos": True, "logprobs": 3}),
+                       ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "Say something."}],
+                                                 "max_tokens": 4, "temperature": 0, "logprobs": True,
+                                                 "top_logprobs": 2})):
+        body = dict(body, stream=stream)
+        w, g = logprob_rows(colo, path, body), logprob_rows(router, path, body)
+        check(not isinstance(w, str) and len(w) == 4 and w[0][1] < 0 and len(w[0][2]) >= 2,
+              f"{path} stream={stream}: the colocated server's logprobs {w!r}")
+        check(close_rows(w, g, lp_tol), f"{path} stream={stream}: logprobs through the router {g!r} vs {w!r}")
+
 # An error of an instance is passed through with its status.
 status, raw = http(router, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 0})
 check(status == 400 and "error" in json.loads(raw), f"bad request through the router: {status} {raw}")
