@@ -33,13 +33,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-# Class names used in the list (the issue's five, plus the scheduler's).
+# Class names used in the list (the issue's five, plus the scheduler's and the transfer's).
 CMP = "comparison flip"
 LOCK = "dropped lock"
 BF16 = "bf16-rounded accumulator"
 OFF1 = "off-by-one index"
 RELEASE = "skipped release"
 SCHED = "scheduler accounting"
+SYNC = "work moved onto the hot thread"
 
 
 @dataclass
@@ -173,6 +174,13 @@ MUTATIONS = [
         [B + "/test_feedback --gtest_filter=EngineScenario.*",
          B + "/gyre gate bench/gates/cpu_engine_load.json --repeats 3"],
         "running requests' prefill pieces are scheduled before their decode tokens"),
+    Mutation(
+        "disagg_send_inline", SYNC, "src/cli/disagg_node.cc",
+        "  const bool queued = senders_->TrySubmit([this, id, ticket, shared](bool cancelled) {",
+        "  Send(id, ticket, *shared);\n  const bool queued = true || senders_->TrySubmit([this, id, ticket, shared](bool cancelled) {",
+        ["gyre"],
+        [B + "/gyre gate bench/gates/cpu_disagg_prefill.json --repeats 3"],
+        "the prefill instance sends each cache on the engine thread (the seeds' starved-transfer case, inverted)"),
     Mutation(
         "engine_cancel_unlocked", LOCK, "src/engine/engine.cc",
         "      std::lock_guard<std::mutex> l(mu_);\n      cancels_.push_back(id);",

@@ -173,7 +173,7 @@ Status DisaggNode::SendOn(Link& link, const std::string& to, uint64_t transfer_i
   std::lock_guard<std::mutex> l(link.mu);
   if (!link.conn) {
     GYRE_ASSIGN_OR_RETURN(auto addr, SplitAddress(to));
-    auto conn = transfer::TcpConnect(addr.first, addr.second, Ms(2000));
+    auto conn = opts_.connect ? opts_.connect(addr.first, addr.second) : transfer::TcpConnect(addr.first, addr.second, Ms(2000));
     if (!conn.ok()) return conn.error().WithContext("connecting to " + to);
     link.conn = std::move(*conn);
     link.sender = std::make_unique<transfer::TransferSender>(*link.conn, transfer::SenderOptions{});

@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,9 @@ struct DisaggNodeOptions {
   int send_threads = 2;                     // prefill: transfers in parallel (one per link at a time)
   // decode: how long a request waits for its verified image (it normally is there already).
   std::chrono::milliseconds take_timeout{2000};
+  // prefill: opens the link to a decode instance's transfer address; empty: TCP (TcpConnect, 2 s
+  // timeout). The transport seam: the gate scenario wraps TCP in a PacedConnection.
+  std::function<Result<std::unique_ptr<transfer::Connection>>(const std::string& host, uint16_t port)> connect;
 };
 
 class DisaggNode final : public serve::DisaggHandler {

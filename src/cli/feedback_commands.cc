@@ -1,5 +1,7 @@
 #include "cli/feedback_commands.h"
 
+#include "cli/disagg_scenario.h"
+
 #include <algorithm>
 #include <cctype>
 #include <csignal>
@@ -471,6 +473,8 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       if (!model) return Fail(model.status());
       const Model* m = model->get();
       feedback::ScenarioRunner run = [m](const std::string&, const nlohmann::json& spec, int repeat) {
+        // (a kind that needs cli's pieces: the prefill instance's DisaggNode)
+        if (spec.is_object() && spec.value("kind", "") == "disagg_prefill") return RunDisaggPrefillScenario(*m, spec, repeat);
         return feedback::RunScenario(*m, spec, repeat);
       };
       feedback::GateOptions go;
@@ -506,7 +510,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   an->add_option("trace", aa->trace, "Chrome trace JSON written by gyre")->required();
   an->add_option("--overlap", aa->overlap,
                  "A,B: how much of A overlaps B; A and B are a category (kernel, memcpy, collective, step, ...), "
-                 "device, cpu or stream:N");
+                 "device, cpu, stream:N or name:S (spans named S, e.g. name:transfer.send)");
   an->add_option("--ceilings", aa->ceilings,
                  "ceilings JSON from `gyre bench ceilings --json` (default: measure this CPU; a trace with device "
                  "records gets no roofline without this file)");

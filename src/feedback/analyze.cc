@@ -55,9 +55,11 @@ std::vector<const TraceEvent*> SelectEvents(const std::vector<TraceEvent>& event
       return out;
     }
   }
+  const bool by_name = selector.rfind("name:", 0) == 0;
   for (const auto& e : events) {
     if (e.dur_us < 0) continue;
     const bool take = stream ? (e.device() && e.tid == stream_id)
+                      : by_name ? e.name == std::string_view(selector).substr(5)
                       : selector == "device" ? e.device()
                       : selector == "cpu"    ? !e.device()
                                              : e.cat == selector;

@@ -13,7 +13,8 @@
 //     at least `gap_threshold_us`, and for the largest gaps what the CPU was doing meanwhile (the
 //     CPU spans overlapping the gap, longest overlap first);
 //   - overlap selectors: a category (kernel, memcpy, collective, step, ...), `device` (every device
-//     record), `cpu` (every CPU span), `stream:N` (stream N on any device).
+//     record), `cpu` (every CPU span), `stream:N` (stream N on any device), `name:S` (the spans
+//     and records named S, e.g. name:transfer.send: a category holds several kinds of span).
 #pragma once
 
 #include <optional>

@@ -167,6 +167,10 @@ TEST(DeviceTrace, AnalyzeGapsOverlapAndKernels) {
   EXPECT_EQ(SelectEvents(ev, "device").size(), 4u);
   EXPECT_EQ(SelectEvents(ev, "cpu").size(), 3u);
   EXPECT_EQ(SelectEvents(ev, "stream:x").size(), 0u);
+  EXPECT_EQ(SelectEvents(ev, "name:Expert").size(), 2u);
+  EXPECT_EQ(SelectEvents(ev, "name:moe.experts").size(), 1u);  // the CPU op, not its kernels' span arg
+  EXPECT_EQ(SelectEvents(ev, "name:").size(), 0u);
+  EXPECT_DOUBLE_EQ(MeasureOverlap(ev, "name:host.work", "kernel").overlap_us, 10);  // [95,100) and [200,205)
   const auto r2 = Analyze(ev, std::nullopt, std::make_pair(std::string("stream:9"), std::string("stream:7")));
   EXPECT_DOUBLE_EQ(r2.overlap->ratio, 0.5);
   const auto js = r.Json();

@@ -7,19 +7,12 @@
 #include "feedback/bench.h"
 #include "feedback/engine_scenario.h"
 #include "feedback/gate_spec.h"
-#include "runtime/model.h"
+#include "runtime/fixture_for_tests.h"
 
 namespace gyre::feedback {
 namespace {
 
-const Model& Tiny() {
-  static const std::unique_ptr<Model> m = [] {
-    auto r = Model::Load(std::string(GYRE_SOURCE_DIR) + "/tests/fixtures/glm5_tiny");
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? std::move(*r) : nullptr;
-  }();
-  return *m;
-}
+const Model& Tiny() { return FixtureModel("glm5_tiny"); }
 
 TEST(EngineScenario, ArrivalsAmongDecodesCompleteWithoutLeaks) {
   const nlohmann::json spec = {{"kind", "engine_load"}, {"decodes", 3},   {"decode_tokens", 24},

@@ -10,6 +10,7 @@
 
 #include "transfer/checksum.h"
 #include "transfer/faulty_connection.h"
+#include "transfer/paced_connection.h"
 #include "transfer/tcp_pair_for_tests.h"
 #include "transfer/transfer_engine.h"
 #include "transfer/wire.h"
@@ -130,6 +131,26 @@ TEST(TransferLoopback, CompletesByteExact) {
     EXPECT_EQ(o.receiver.pieces_received, static_cast<int64_t>(im.pages.size()) + 1);
     EXPECT_EQ(o.held_after, 0);
   }
+}
+
+// A paced link carries the same bytes, and holds the sender for the bytes it sent over the rate:
+// busy time is exactly bytes / rate (every frame counted), and the send takes at least that long.
+TEST(TransferLoopback, PacedLinkCarriesTheImageAndHoldsTheSender) {
+  auto [a, b] = MakeLoopbackPair();
+  constexpr double kRate = 4e6;  // bytes per second: this image's ~20 KB take ~5 ms
+  PacedConnection paced(std::move(a), kRate);
+  const SequenceImage im = RandomImage(300, 3);
+  const auto t0 = std::chrono::steady_clock::now();
+  Outcome o = RunTransfer(paced, *b, im);
+  ASSERT_TRUE(o.sent.ok()) << o.sent.ToString();
+  ASSERT_TRUE(o.taken.ok()) << o.taken.status().ToString();
+  EXPECT_EQ(*o.taken, im);
+  // Frames: Begin, one per page, the state, End; each a 48-byte header and its payload.
+  const int64_t frames = static_cast<int64_t>(im.pages.size()) + 3;
+  const double min_bytes = static_cast<double>(im.num_bytes() + frames * static_cast<int64_t>(kFrameHeaderBytes));
+  EXPECT_GE(paced.busy_seconds(), min_bytes / kRate);
+  EXPECT_LT(paced.busy_seconds(), (min_bytes + 4096) / kRate);  // Begin and End payloads are small
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), paced.busy_seconds());
 }
 
 // The invariant under a fault: success means the receiver holds exactly what was sent; failure
