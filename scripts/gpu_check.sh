@@ -61,10 +61,10 @@ COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), length (gyre verify length on glm5_mini, dsa.select at
 # 1M context), longctx (opt-in, not in the default: verify length at 1M tokens, ~2 min), longserve (opt-in: a 1M-token
-# request through gyre serve on the full-depth model, H200), tp (tensor parallelism on one GPU), disagg (router over cuda instances), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# request through gyre serve on the full-depth model, H200), tp (tensor parallelism on one GPU), disagg (router over cuda instances), dgate (issue 12's prefill-throughput gate on cuda: bench/gates/gpu_disagg_prefill.json), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,length,quant,kvcache,eval,trace,engine,devcomm,tp,disagg,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,length,quant,kvcache,eval,trace,engine,devcomm,tp,disagg,dgate,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -379,6 +379,16 @@ if [[ -n "$GYRE" ]] && has_step disagg; then
   rc=$?
   tail -3 "$OUT/gpu_disagg_router.log"
   [[ $rc -ne 0 ]] && { echo "  FAIL disagg router on cuda: exit $rc"; status=1; }
+fi
+# ---- issue 12's gate on the GPU: prefill throughput with the cache transfer on vs off ----
+if [[ -n "$GYRE" ]] && has_step dgate; then
+  echo "== gyre gate bench/gates/gpu_disagg_prefill.json (glm5_mini on cuda)"
+  timeout 400 "$GYRE" gate bench/gates/gpu_disagg_prefill.json --model tests/fixtures/glm5_mini --json \
+    > "$OUT/gate_gpu_disagg_prefill.json" 2> "$OUT/gate_gpu_disagg_prefill.log"
+  rc=$?
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); [print('  %-13s %s estimate %.4g ci %s' % (p['verdict'], p['id'], p['evidence'].get('estimate') or 0, p['evidence'].get('ci'))) for p in r['predicates']]" \
+    "$OUT/gate_gpu_disagg_prefill.json" || tail -5 "$OUT/gate_gpu_disagg_prefill.log"
+  [[ $rc -ne 0 ]] && { echo "  FAIL gpu disagg gate: exit $rc"; status=1; }
 fi
 if [[ -n "$GYRE" ]] && has_step serve; then
   echo "== gyre serve --backend cuda vs the CPU server (tools/gpu/serve_check.py)"
