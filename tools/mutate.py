@@ -176,8 +176,8 @@ MUTATIONS = [
         "running requests' prefill pieces are scheduled before their decode tokens"),
     Mutation(
         "disagg_send_inline", SYNC, "src/cli/disagg_node.cc",
-        "  const bool queued = senders_->TrySubmit([this, id, ticket, shared](bool cancelled) {",
-        "  Send(id, ticket, *shared);\n  const bool queued = true || senders_->TrySubmit([this, id, ticket, shared](bool cancelled) {",
+        "  const bool queued = senders_->TrySubmit(std::move(task));",
+        "  task(false);  // the export and the send on the engine thread\n  const bool queued = true;",
         ["gyre"],
         [B + "/gyre gate bench/gates/cpu_disagg_prefill.json --repeats 3"],
         "the prefill instance sends each cache on the engine thread (the seeds' starved-transfer case, inverted)"),

@@ -119,24 +119,40 @@ Result<RequestId> DisaggNode::Submit(RequestParams params, std::shared_ptr<Reque
 Status DisaggNode::StartSend(RequestId id, const serve::DisaggTicket& ticket, const PrefilledSequence& seq,
                              const TokenEvent& first) {
   if (stop_) return Status::Unavailable("the server is stopping");
-  Result<transfer::SequenceImage> image = [&] {
-    GYRE_SPAN("transfer.export", "transfer");
-    return transfer::ExportSequence(*seq.runner, seq.slot, seq.pages, seq.num_tokens, seq.first_token);
-  }();
-  if (!image.ok()) return image.error().WithContext("exporting the prefilled cache");
-  image->next_logprob = first.logprob;
-  image->next_top = first.top;
+  // A runner that reads finished sequences concurrently (the CUDA model) is read on the transfer
+  // thread, so the engine thread neither copies nor waits for the steps in flight; the engine
+  // holds the pages and slot until ReleaseExported, so nothing writes them meanwhile. Otherwise
+  // the image is copied here, on the engine thread, ordered like steps.
+  auto exported = std::make_shared<Result<transfer::SequenceImage>>(Status::Internal("not exported yet"));
+  std::function<void()> export_later;
+  if (seq.runner->ReadsFinishedConcurrently()) {
+    export_later = [exported, runner = seq.runner, slot = seq.slot,
+                    pages = std::vector<int32_t>(seq.pages.begin(), seq.pages.end()), n = seq.num_tokens,
+                    tok = seq.first_token] { *exported = transfer::ExportFinishedSequence(*runner, slot, pages, n, tok); };
+  } else {
+    *exported = transfer::ExportSequence(*seq.runner, seq.slot, seq.pages, seq.num_tokens, seq.first_token);
+    if (!exported->ok()) return exported->error().WithContext("exporting the prefilled cache");
+  }
   ++in_flight_;
-  auto shared = std::make_shared<transfer::SequenceImage>(std::move(*image));
-  const bool queued = senders_->TrySubmit([this, id, ticket, shared](bool cancelled) {
+  auto task = [this, id, ticket, exported, export_later, lp = first.logprob, top = first.top](bool cancelled) {
     if (cancelled) {
       engine_->ReleaseExported(id, Status::Unavailable("the server stopped before the transfer"));
       ++failed_;
       --in_flight_;
       return;
     }
-    Send(id, ticket, *shared);
-  });
+    if (export_later) export_later();
+    if (!exported->ok()) {
+      engine_->ReleaseExported(id, exported->error().WithContext("exporting the prefilled cache"));
+      ++failed_;
+      --in_flight_;
+      return;
+    }
+    (*exported)->next_logprob = lp;
+    (*exported)->next_top = top;
+    Send(id, ticket, **exported);
+  };
+  const bool queued = senders_->TrySubmit(std::move(task));
   if (!queued) {
     --in_flight_;
     return Status::Unavailable("the transfer queue is stopped");

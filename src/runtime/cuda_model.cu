@@ -13,6 +13,7 @@
 #include <cstring>
 #include <set>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -579,22 +580,49 @@ struct CudaModel::Impl {
     }
     return parts;
   }
+  // (device source, host destination, bytes) of a page image or a slot image, in image order.
+  struct CopyPart {
+    const uint8_t* dev;
+    std::byte* host;
+    size_t bytes;
+  };
   // Pages ↔ a host image of pages.size() · bytes_per_page bytes, in stream order; synchronizes.
   Status CopyPages(std::span<const PageId> pages, std::byte* host, bool to_host) {
-    size_t off = 0;
-    for (PageId p : pages) {
-      for (const auto& [base, page_bytes] : PageParts()) {
-        uint8_t* dev = base + static_cast<int64_t>(p) * page_bytes;
-        const size_t bytes = static_cast<size_t>(page_bytes);
-        GYRE_CUDA_RETURN_IF_ERROR(to_host ? cudaMemcpyAsync(host + off, dev, bytes, cudaMemcpyDeviceToHost, s())
-                                          : cudaMemcpyAsync(dev, host + off, bytes, cudaMemcpyHostToDevice, s()));
-        off += bytes;
-      }
+    std::vector<CopyPart> parts;
+    PageCopyParts(pages, host, &parts);
+    return CopyParts(parts, to_host);
+  }
+  // A slot <-> a host image of bytes_per_slot bytes, in stream order; synchronizes.
+  Status CopySlot(SlotId slot, std::byte* host, bool to_host) {
+    std::vector<CopyPart> parts;
+    SlotCopyParts(slot, host, &parts);
+    return CopyParts(parts, to_host);
+  }
+  // Each part on the step stream (pageable host memory), then a synchronization.
+  Status CopyParts(const std::vector<CopyPart>& parts, bool to_host) {
+    for (const CopyPart& q : parts) {
+      uint8_t* dev = const_cast<uint8_t*>(q.dev);
+      GYRE_CUDA_RETURN_IF_ERROR(to_host ? cudaMemcpyAsync(q.host, dev, q.bytes, cudaMemcpyDeviceToHost, s())
+                                        : cudaMemcpyAsync(dev, q.host, q.bytes, cudaMemcpyHostToDevice, s()));
     }
     return stream.Synchronize();
   }
-  // A slot ↔ a host image of bytes_per_slot bytes, in stream order; synchronizes.
-  Status CopySlot(SlotId slot, std::byte* host, bool to_host) {
+  // ReadFinished: its stream and pinned bounce buffer (made on first use), one reader at a time.
+  std::mutex finished_mu;
+  cuda::Stream finished_stream;
+  std::byte* finished_pinned = nullptr;
+  size_t finished_pinned_bytes = 0;
+  int device = 0;  // the device the model lives on (a reading thread makes it current)
+  void PageCopyParts(std::span<const PageId> pages, std::byte* host, std::vector<CopyPart>* out) {
+    size_t off = 0;
+    for (PageId p : pages) {
+      for (const auto& [base, page_bytes] : PageParts()) {
+        out->push_back({base + static_cast<int64_t>(p) * page_bytes, host + off, static_cast<size_t>(page_bytes)});
+        off += static_cast<size_t>(page_bytes);
+      }
+    }
+  }
+  void SlotCopyParts(SlotId slot, std::byte* host, std::vector<CopyPart>* out) {
     const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
     const int64_t st = Hh * K * K, cv = (W - 1) * 3 * P;
     size_t off = 0;
@@ -603,12 +631,51 @@ struct CudaModel::Impl {
       for (const auto& [dev, n] : {std::pair<float*, int64_t>{kda_state[l] + slot * st, st},
                                    std::pair<float*, int64_t>{kda_conv[l] + slot * cv, cv}}) {
         const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-        GYRE_CUDA_RETURN_IF_ERROR(to_host ? cudaMemcpyAsync(host + off, dev, bytes, cudaMemcpyDeviceToHost, s())
-                                          : cudaMemcpyAsync(dev, host + off, bytes, cudaMemcpyHostToDevice, s()));
+        out->push_back({reinterpret_cast<const uint8_t*>(dev), host + off, bytes});
         off += bytes;
       }
     }
-    return stream.Synchronize();
+  }
+  // Device → host through the pinned buffer on finished_stream: copies are batched until the
+  // buffer is full, then the stream is synchronized and the batch moved out.
+  Status ReadFinished(const std::vector<CopyPart>& parts) {
+    std::lock_guard<std::mutex> l(finished_mu);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    if (!finished_stream.get()) {
+      GYRE_ASSIGN_OR_RETURN(finished_stream, cuda::Stream::Create());
+    }
+    if (!finished_pinned) {
+      constexpr size_t kBounce = size_t(32) << 20;
+      void* p = nullptr;
+      GYRE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, kBounce, cudaHostAllocDefault));
+      finished_pinned = static_cast<std::byte*>(p);
+      finished_pinned_bytes = kBounce;
+    }
+    struct Pending {
+      std::byte* host;
+      size_t off, bytes;
+    };
+    std::vector<Pending> pending;
+    size_t fill = 0;
+    auto flush = [&]() -> Status {
+      GYRE_RETURN_IF_ERROR(finished_stream.Synchronize());
+      for (const Pending& q : pending) std::memcpy(q.host, finished_pinned + q.off, q.bytes);
+      pending.clear();
+      fill = 0;
+      return Status::Ok();
+    };
+    for (const CopyPart& part : parts) {
+      for (size_t done = 0; done < part.bytes;) {
+        if (fill == finished_pinned_bytes) GYRE_RETURN_IF_ERROR(flush());
+        const size_t n = std::min(part.bytes - done, finished_pinned_bytes - fill);
+        GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(finished_pinned + fill, part.dev + done, n, cudaMemcpyDeviceToHost,
+                                                  finished_stream.get()));
+        pending.push_back({part.host + done, fill, n});
+        fill += n;
+        done += n;
+      }
+    }
+    return flush();
   }
   int64_t num_pages = 0;      // page ids 0..num_pages-1 (the engine's bookkeeping)
   int64_t max_seq_tokens = 0;  // block-table width in tokens
@@ -764,6 +831,7 @@ struct CudaModel::Impl {
                       static_cast<void*>(st.lps), static_cast<void*>(st.mask_row), static_cast<void*>(st.masks)})
         if (p) (void)cudaFreeHost(p);
     }
+    if (finished_pinned) (void)cudaFreeHost(finished_pinned);
     for (int i = 0; i < 4; ++i)
       for (cudaEvent_t e : {ev_begin[i], ev_end[i]})
         if (e) (void)cudaEventDestroy(e);
@@ -1695,6 +1763,7 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     impl->pp = opts.pp.comm;
     impl->opts.decode_graphs = false;
   }
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&impl->device));
   GYRE_ASSIGN_OR_RETURN(impl->stream, cuda::Stream::Create());
   GYRE_ASSIGN_OR_RETURN(impl->gemm, cuda::GemmLt::Create());
   GYRE_RETURN_IF_ERROR(impl->BuildWeights(host));
@@ -1855,6 +1924,20 @@ Status CudaModel::WriteSlotState(SlotId slot, std::span<const std::byte> src, in
                                    " written tokens exceed the longest sequence");
   // As RestoreState: the rows (pooled keys included) come with the pages, only the state moves.
   return m.CopySlot(slot, const_cast<std::byte*>(src.data()), /*to_host=*/false);
+}
+
+bool CudaModel::ReadsFinishedConcurrently() const { return !impl_->tp && !impl_->pp; }
+
+Status CudaModel::ReadFinished(std::span<const PageId> pages, std::span<std::byte> page_dst, SlotId slot,
+                               std::span<std::byte> state_dst) {
+  if (!ReadsFinishedConcurrently())
+    return Status::Unimplemented("cuda model: under tensor parallelism or layer split, sequences are read on the engine thread");
+  if (Status v = ValidatePageCopy(capacity(), pages, page_dst.size()); !v.ok()) return v.WithContext("cuda model");
+  if (Status v = ValidateSlotCopy(capacity(), slot, state_dst.size(), 1); !v.ok()) return v.WithContext("cuda model");
+  std::vector<Impl::CopyPart> parts;
+  impl_->PageCopyParts(pages, page_dst.data(), &parts);
+  impl_->SlotCopyParts(slot, state_dst.data(), &parts);
+  return impl_->ReadFinished(parts);
 }
 
 Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }

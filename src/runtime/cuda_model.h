@@ -166,6 +166,12 @@ class CudaModel final : public ModelRunner {
   Status WritePages(std::span<const PageId> pages, std::span<const std::byte> src) override;
   Status ReadSlotState(SlotId slot, std::span<std::byte> dst) override;
   Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) override;
+  // Off the step stream: its own non-blocking stream and a pinned bounce buffer (lazily made,
+  // guarded by a mutex), so a transfer thread reads an exported sequence while steps run. Not
+  // under tensor parallelism or layer split (a rank holds part of each page).
+  bool ReadsFinishedConcurrently() const override;
+  Status ReadFinished(std::span<const PageId> pages, std::span<std::byte> page_dst, SlotId slot,
+                      std::span<std::byte> state_dst) override;
 
   // Blocks until the GPU is idle (for timing).
   Status Synchronize();

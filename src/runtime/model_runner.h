@@ -205,6 +205,22 @@ class ModelRunner {
   // num_tokens), as RestoreState. Errors as ReadSlotState, and InvalidArgument for num_tokens < 1.
   virtual Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) = 0;
 
+  // Disaggregation off the engine thread: whether ReadFinished may be called from another thread
+  // while the engine launches and collects steps (false: export on the engine thread with
+  // ReadPages / ReadSlotState).
+  virtual bool ReadsFinishedConcurrently() const { return false; }
+  // The images ReadPages(pages) and ReadSlotState(slot) give, byte for byte, of a sequence whose
+  // every step has been collected, from any thread: concurrently with Launch / Collect on the
+  // engine thread and with other ReadFinished calls. It does not wait for steps in flight.
+  // REQUIRES: no step launched after those collects writes `pages` or `slot` until this returns
+  // (the engine holds an exported sequence's pages and slot until ReleaseExported). Errors as
+  // ReadPages / ReadSlotState; Unimplemented unless ReadsFinishedConcurrently().
+  virtual Status ReadFinished(std::span<const PageId> pages, std::span<std::byte> page_dst, SlotId slot,
+                              std::span<std::byte> state_dst) {
+    (void)pages, (void)page_dst, (void)slot, (void)state_dst;
+    return Status::Unimplemented("this runner (" + backend() + ") reads sequences on the engine thread only");
+  }
+
   // Speculative decoding: `slot`'s pending speculative piece keeps its first `num_accepted`
   // (0..ids.size()) tokens; the KDA state folds their kept inputs (ordered like steps; see above).
   // InvalidArgument for a slot out of range, without a pending speculation or with num_accepted

@@ -192,6 +192,56 @@ TEST_P(DisaggEquivalence, DecodeOnAnotherRunnerAfterTcpTransferMatchesColocated)
   EXPECT_EQ(receiver.held_bytes(), 0);
 }
 
+// Off the engine thread: a finished sequence read on another thread while a step of another
+// sequence is in flight gives the engine-thread export byte for byte (the CUDA model: its own
+// stream and pinned buffer). A runner that reads only on the engine thread says so.
+TEST_P(DisaggEquivalence, ConcurrentExportEqualsTheEngineThreadExport) {
+  const PromptCase& pc = GetParam();
+  auto model = Model::Load(Fixture(pc.fixture));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::mt19937_64 rng(pc.length * 7 + 1);
+  std::vector<int32_t> prompt(pc.length);
+  for (auto& id : prompt) id = static_cast<int32_t>(rng() % std::min<int64_t>((*model)->config().vocab_size, 1000));
+  Instance a(**model, pc.backend);
+  ASSERT_TRUE(a.ok());
+  auto s = a.NewSeq();
+  ASSERT_TRUE(s.ok());
+  auto first = a.Prefill(*s, prompt, pc.chunks);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto want = ExportSequence(a.runner(), s->slot, s->pages, s->num_tokens, *first);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  if (!a.runner().ReadsFinishedConcurrently()) {
+    EXPECT_EQ(ExportFinishedSequence(a.runner(), s->slot, s->pages, s->num_tokens, *first).status().code(),
+              StatusCode::kUnimplemented);
+    return;
+  }
+  // Another sequence's 64-token prefill launched and not collected while the other thread reads.
+  auto o = a.NewSeq();
+  ASSERT_TRUE(o.ok() && a.Reserve(*o, 64).ok());
+  std::vector<int32_t> other(64);
+  for (auto& id : other) id = static_cast<int32_t>(rng() % 500);
+  StepPiece p;
+  p.slot = o->slot;
+  p.pages = o->pages;
+  p.start = 0;
+  p.ids = other;
+  p.sample.enabled = true;
+  ASSERT_TRUE(a.runner().Launch(std::span<const StepPiece>(&p, 1), false).ok());
+  Result<SequenceImage> got = Status::Internal("not run");
+  std::thread reader([&] { got = ExportFinishedSequence(a.runner(), s->slot, s->pages, s->num_tokens, *first); });
+  std::vector<SampledToken> out;
+  const Status collected = a.runner().Collect(&out, nullptr);
+  reader.join();
+  ASSERT_TRUE(collected.ok()) << collected.ToString();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, *want);
+  // Bad ids are refused as ReadPages refuses them.
+  std::vector<PageId> bad = s->pages;
+  bad.front() = 1 << 30;
+  EXPECT_EQ(ExportFinishedSequence(a.runner(), s->slot, bad, s->num_tokens, *first).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 std::vector<PromptCase> Cases() {
   std::vector<PromptCase> c;
   for (const testing::Backend& b : testing::Backends()) {

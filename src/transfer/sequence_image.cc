@@ -57,8 +57,12 @@ Status ValidateImage(const SequenceImage& im) {
   return Status::Ok();
 }
 
-Result<SequenceImage> ExportSequence(ModelRunner& runner, SlotId slot, std::span<const PageId> pages,
-                                     int64_t num_tokens, int32_t next_token) {
+namespace {
+
+// ExportSequence (concurrent = false: ReadPages + ReadSlotState, ordered like steps) and
+// ExportFinishedSequence (ReadFinished, any thread).
+Result<SequenceImage> Export(ModelRunner& runner, SlotId slot, std::span<const PageId> pages, int64_t num_tokens,
+                             int32_t next_token, bool concurrent) {
   GYRE_SPAN("transfer.export", "transfer");
   SequenceImage im;
   im.format = FormatOf(runner);
@@ -71,15 +75,31 @@ Result<SequenceImage> ExportSequence(ModelRunner& runner, SlotId slot, std::span
                                    std::to_string(num_tokens) + " tokens (" + std::to_string(n) + " needed)");
   // One read for all pages (one stream synchronization on the CUDA model), then split.
   std::vector<std::byte> all(static_cast<size_t>(n * im.format.bytes_per_page));
-  GYRE_RETURN_IF_ERROR(runner.ReadPages(pages.first(n), all));
+  im.state.resize(static_cast<size_t>(im.format.bytes_per_slot));
+  if (concurrent) {
+    GYRE_RETURN_IF_ERROR(runner.ReadFinished(pages.first(n), all, slot, im.state));
+  } else {
+    GYRE_RETURN_IF_ERROR(runner.ReadPages(pages.first(n), all));
+    GYRE_RETURN_IF_ERROR(runner.ReadSlotState(slot, im.state));
+  }
   im.pages.resize(n);
   for (int64_t i = 0; i < n; ++i) {
     auto first = all.begin() + i * im.format.bytes_per_page;
     im.pages[i].assign(first, first + im.format.bytes_per_page);
   }
-  im.state.resize(static_cast<size_t>(im.format.bytes_per_slot));
-  GYRE_RETURN_IF_ERROR(runner.ReadSlotState(slot, im.state));
   return im;
+}
+
+}  // namespace
+
+Result<SequenceImage> ExportSequence(ModelRunner& runner, SlotId slot, std::span<const PageId> pages,
+                                     int64_t num_tokens, int32_t next_token) {
+  return Export(runner, slot, pages, num_tokens, next_token, /*concurrent=*/false);
+}
+
+Result<SequenceImage> ExportFinishedSequence(ModelRunner& runner, SlotId slot, std::span<const PageId> pages,
+                                             int64_t num_tokens, int32_t next_token) {
+  return Export(runner, slot, pages, num_tokens, next_token, /*concurrent=*/true);
 }
 
 Status ImportSequence(ModelRunner& runner, const SequenceImage& im, SlotId slot, std::span<const PageId> pages) {

@@ -6,7 +6,8 @@
 // ExportSequence / ImportSequence go through the runner seam (ModelRunner::ReadPages, ...), so
 // they are ordered like steps: an export after the last prefill step is launched sees every
 // layer of that step (whole-sequence granularity; no per-layer hook yet).
-// Thread safety: the functions drive a runner, so they run on the runner's (engine) thread.
+// Thread safety: the functions drive a runner, so they run on the runner's (engine) thread;
+// ExportFinishedSequence may run on any thread (ModelRunner::ReadFinished's contract).
 #pragma once
 
 #include <cstddef>
@@ -60,6 +61,13 @@ int64_t PagesFor(const CacheFormat& f, int64_t num_tokens);
 // frees nothing. InvalidArgument for bad ids or a short block table; Internal (device).
 Result<SequenceImage> ExportSequence(ModelRunner& runner, SlotId slot, std::span<const PageId> pages,
                                      int64_t num_tokens, int32_t next_token);
+
+// The same image through ModelRunner::ReadFinished, from any thread (the transfer thread of a
+// prefill instance), without waiting for steps in flight. REQUIRES: every step of the sequence has
+// been collected and nothing writes its pages or slot until this returns (the engine holds an
+// exported sequence). Unimplemented unless runner.ReadsFinishedConcurrently().
+Result<SequenceImage> ExportFinishedSequence(ModelRunner& runner, SlotId slot, std::span<const PageId> pages,
+                                             int64_t num_tokens, int32_t next_token);
 
 // Writes `image` into `slot` and `pages` (the receiver's ids, at least image.pages.size()): the
 // slot then holds a sequence of image.num_tokens tokens, and the next piece continues it with
