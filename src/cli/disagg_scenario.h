@@ -10,7 +10,9 @@
 //
 // Fields (all optional):
 //   transfer (true)                 on: through the prefill DisaggNode; off: plain requests
-//   prompts (16), prompt_len (256)  a burst of `prompts` random prompts (fresh per repeat)
+//   prompts (16), prompt_len (256)  a burst of `prompts` random prompts (fresh per repeat), after
+//                                   one untimed request through the same path (the instance is
+//                                   measured warm: link connected, buffers made)
 //   arrival_ms (0)                  gap between submissions (0: all at once)
 //   link_bytes_per_s (0: TCP as is) the link's rate: the sends go through a PacedConnection
 //                                   over the TCP link, so a small model's transfer can take the
@@ -29,6 +31,8 @@
 //                                   "transfer.send") that overlapped a forward ("step" spans):
 //                                   1 = fully hidden behind compute (off: 1 by definition)
 //   exposed_send_share              send time not overlapped by compute, over the wall time
+//   engine_export_ms                the engine thread's time in the hand-off ("engine.export"
+//                                   spans, summed): the image copy on the CPU, a queueing on the GPU
 //   completed, errors               requests that ended stop/length / any other way
 //   leaked_pages, leaked_slots      pages and slots in use after the engine drained (must be 0)
 //
