@@ -33,6 +33,9 @@
 //   exposed_send_share              send time not overlapped by compute, over the wall time
 //   engine_export_ms                the engine thread's time in the hand-off ("engine.export"
 //                                   spans, summed): the image copy on the CPU, a queueing on the GPU
+//   transfer_read_ms, transfer_send_ms   the transfer threads' time reading images (GPU; on the
+//                                   CPU the read is the engine's) and sending them to their Ack
+//   wall_ms                         first submission to the last request's end
 //   completed, errors               requests that ended stop/length / any other way
 //   leaked_pages, leaked_slots      pages and slots in use after the engine drained (must be 0)
 //

@@ -35,7 +35,9 @@ TEST(DisaggPrefillScenario, EveryCacheIsSentAcknowledgedAndReleased) {
   EXPECT_GE(m.at("send_overlap"), 0.0);
   EXPECT_LE(m.at("send_overlap"), 1.0);
   EXPECT_GE(m.at("exposed_send_share"), 0.0);
-  EXPECT_GT(m.at("engine_export_ms"), 0.0);  // (the CPU runner copies the image on the engine thread)
+  EXPECT_GT(m.at("engine_export_ms"), 0.0);
+  EXPECT_GT(m.at("transfer_send_ms"), 0.0);
+  EXPECT_GT(m.at("wall_ms"), 0.0);  // (the CPU runner copies the image on the engine thread)
   EXPECT_GT(m.at("tok_s"), 0);
   EXPECT_GE(m.at("tok_s"), m.at("done_tok_s"));  // the first tokens come before the releases
 }
@@ -70,7 +72,7 @@ TEST(DisaggPrefillScenario, TheGateFileParsesAndNamesOnlyItsMetrics) {
   ASSERT_TRUE(gate.ok()) << gate.status().ToString();
   const std::set<std::string> metrics = {"tok_s", "done_tok_s", "ttft_ms_p50", "e2e_ms_p50", "transfers",
                                          "transfer_failures", "transfer_bytes", "send_overlap",
-                                         "exposed_send_share", "engine_export_ms", "completed", "errors", "leaked_pages", "leaked_slots"};
+                                         "exposed_send_share", "engine_export_ms", "transfer_read_ms", "transfer_send_ms", "wall_ms", "completed", "errors", "leaked_pages", "leaked_slots"};
   for (const auto& p : gate->predicates) {
     EXPECT_TRUE(metrics.count(p.a.metric)) << p.id << ": " << p.a.metric;
     if (p.kind == feedback::PredicateKind::kRatio) {
