@@ -161,12 +161,24 @@ Status DisaggNode::StartSend(RequestId id, const serve::DisaggTicket& ticket, co
 }
 
 void DisaggNode::Send(RequestId id, const serve::DisaggTicket& ticket, const transfer::SequenceImage& image) {
+  // A link to this address that no other transfer thread is using; a new one while there are
+  // fewer links than transfer threads (so each thread has its own: transfers to one decode
+  // instance go in parallel, up to send_threads).
   std::shared_ptr<Link> link;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto& slot = links_[ticket.send_to];
-    if (!slot) slot = std::make_shared<Link>();
-    link = slot;
+    auto& pool = links_[ticket.send_to];
+    for (const auto& candidate : pool) {
+      if (!candidate->busy) {
+        link = candidate;
+        break;
+      }
+    }
+    if (!link) {
+      pool.push_back(std::make_shared<Link>());
+      link = pool.back();
+    }
+    link->busy = true;
   }
   const auto t0 = std::chrono::steady_clock::now();
   Status s = SendOn(*link, ticket.send_to, ticket.transfer_id, image);
@@ -179,6 +191,10 @@ void DisaggNode::Send(RequestId id, const serve::DisaggTicket& ticket, const tra
     ++failed_;
     // A failed transfer is an unavailable decode side for the client (503), whatever the cause.
     s = Status::Unavailable("the cache transfer to the decode instance at " + ticket.send_to + " failed: " + s.message());
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    link->busy = false;
   }
   // Pages and slot are freed only now: after the Ack, or after the protocol gave up.
   engine_->ReleaseExported(id, s);
@@ -251,6 +267,12 @@ serve::Json DisaggNode::StatusJson() const {
                 {"transfer_pages", pages_.load()}};
   if (prefill) {
     j["transfers_in_flight"] = in_flight_.load();
+    int64_t links = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& [to, pool] : links_) links += static_cast<int64_t>(pool.size());
+    }
+    j["transfer_links"] = links;
   } else {
     int64_t held = 0, staged = 0;
     std::lock_guard<std::mutex> l(mu_);

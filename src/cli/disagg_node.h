@@ -10,7 +10,8 @@
 // send on a transfer thread; the engine keeps pages and slot until the decode side acknowledged
 // (the protocol of transfer/transfer_engine.h: XXH64 per piece, Ack/Nack, retries), then frees
 // them and answers the request (200 with the one token, or 503 naming the failed transfer).
-// One TCP link per decode address, one transfer at a time on it.
+// Up to send_threads TCP links per decode address (one per transfer thread at a time), one
+// transfer at a time on each.
 //
 // Decode: listens on the transfer port; every accepted link has its TransferReceiver (which
 // verifies every checksum before it hands an image out). A request with a ticket takes its
@@ -48,7 +49,7 @@ struct DisaggNodeOptions {
   DisaggRole role = DisaggRole::kPrefill;
   std::string transfer_host = "127.0.0.1";  // decode: the address the transfer port binds
   int transfer_port = 0;                    // decode: 0 picks a free port
-  int send_threads = 2;                     // prefill: transfers in parallel (one per link at a time)
+  int send_threads = 2;                     // prefill: transfers in parallel (each on its own link)
   // decode: how long a request waits for its verified image (it normally is there already).
   std::chrono::milliseconds take_timeout{2000};
   // prefill: opens the link to a decode instance's transfer address; empty: TCP (TcpConnect, 2 s
@@ -80,6 +81,7 @@ class DisaggNode final : public serve::DisaggHandler {
  private:
   DisaggNode(Engine* engine, const DisaggNodeOptions& opts);
   struct Link {
+    bool busy = false;  // a transfer thread holds it (guarded by DisaggNode::mu_)
     std::mutex mu;  // one transfer at a time (TransferSender::Send)
     std::unique_ptr<transfer::Connection> conn;
     std::unique_ptr<transfer::TransferSender> sender;
@@ -103,7 +105,7 @@ class DisaggNode final : public serve::DisaggHandler {
   std::atomic<bool> stop_{false};
 
   mutable std::mutex mu_;  // guards links_, inbound_
-  std::map<std::string, std::shared_ptr<Link>> links_;
+  std::map<std::string, std::vector<std::shared_ptr<Link>>> links_;  // by decode address: at most send_threads
   std::vector<std::shared_ptr<Inbound>> inbound_;
 
   // Counters (both roles; a role uses its side's).

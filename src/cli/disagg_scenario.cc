@@ -139,11 +139,12 @@ Result<std::map<std::string, double>> RunDisaggPrefillScenario(const Model& mode
     send_to = "127.0.0.1:" + std::to_string(decode_node->transfer_port());
     DisaggNodeOptions pno;
     if (link_bytes_per_s > 0) {
-      pno.connect = [link_bytes_per_s](const std::string& host, uint16_t port) -> Result<std::unique_ptr<transfer::Connection>> {
+      // One link of that rate, shared by every connection the node opens over it.
+      auto link = std::make_shared<transfer::LinkPacer>(link_bytes_per_s);
+      pno.connect = [link](const std::string& host, uint16_t port) -> Result<std::unique_ptr<transfer::Connection>> {
         GYRE_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Connection> tcp,
                               transfer::TcpConnect(host, port, std::chrono::milliseconds(2000)));
-        return std::unique_ptr<transfer::Connection>(
-            std::make_unique<transfer::PacedConnection>(std::move(tcp), link_bytes_per_s));
+        return std::unique_ptr<transfer::Connection>(std::make_unique<transfer::PacedConnection>(std::move(tcp), link));
       };
     }
     GYRE_ASSIGN_OR_RETURN(prefill_node, DisaggNode::Create(engine.get(), pno));
@@ -231,6 +232,7 @@ Result<std::map<std::string, double>> RunDisaggPrefillScenario(const Model& mode
   out["transfers"] = since_warmup("transfers_completed");
   out["transfer_failures"] = since_warmup("transfers_failed");
   out["transfer_bytes"] = since_warmup("transfer_bytes");
+  out["transfer_links"] = node_status.value("transfer_links", 0.0);
   // The engine thread's share of the hand-off: its "engine.export" spans (the sink's OnPrefilled:
   // on the CPU the copy of the image, on the GPU only the queueing).
   // And the transfer threads' (reading the image: "transfer.export" on the GPU; sending it through

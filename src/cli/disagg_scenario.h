@@ -14,9 +14,10 @@
 //                                   one untimed request through the same path (the instance is
 //                                   measured warm: link connected, buffers made)
 //   arrival_ms (0)                  gap between submissions (0: all at once)
-//   link_bytes_per_s (0: TCP as is) the link's rate: the sends go through a PacedConnection
-//                                   over the TCP link, so a small model's transfer can take the
-//                                   share of the prefill time the full model's takes
+//   link_bytes_per_s (0: TCP as is) the link's rate, shared by its connections (LinkPacer): the
+//                                   sends go through PacedConnections over TCP, so a small model's
+//                                   transfer can take the share of the prefill time the full
+//                                   model's takes
 //   max_num_seqs, max_num_batched_tokens, kv_page_tokens, kv_memory (bytes)   EngineOptions
 //   backend ("cpu")                 "cuda": the engine runs on a CudaModel of the same weights
 //                                   (GPU builds; bf16_weights, kv_tokens fields size it)
@@ -27,6 +28,8 @@
 //   ttft_ms_p50, e2e_ms_p50
 //   transfers, transfer_failures    completed / failed sends (transfer on; 0 when off)
 //   transfer_bytes                  bytes sent
+//   transfer_links                  links the prefill node opened to the decode node (one per
+//                                   transfer thread that found the others busy: up to 2)
 //   send_overlap                    the share of the transfer threads' send time (trace spans
 //                                   "transfer.send") that overlapped a forward ("step" spans):
 //                                   1 = fully hidden behind compute (off: 1 by definition)

@@ -42,6 +42,18 @@ TEST(DisaggPrefillScenario, EveryCacheIsSentAcknowledgedAndReleased) {
   EXPECT_GE(m.at("tok_s"), m.at("done_tok_s"));  // the first tokens come before the releases
 }
 
+// A slow link backs the sends up: the second transfer thread opens its own link instead of
+// waiting for the first one's (transfers to one decode instance go in parallel).
+TEST(DisaggPrefillScenario, BackedUpSendsUseASecondLink) {
+  const nlohmann::json spec = {{"kind", "disagg_prefill"}, {"prompts", 6}, {"prompt_len", 40},
+                               {"max_num_batched_tokens", 256}, {"kv_page_tokens", 16}, {"link_bytes_per_s", 1e6}};
+  auto r = RunDisaggPrefillScenario(Tiny(), spec, 2);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->at("transfers"), 6);
+  EXPECT_EQ(r->at("transfer_links"), 2);
+  EXPECT_EQ(r->at("leaked_pages"), 0);
+}
+
 TEST(DisaggPrefillScenario, WithTheTransferOffNothingIsSent) {
   const nlohmann::json spec = {{"kind", "disagg_prefill"}, {"transfer", false}, {"prompts", 4}, {"prompt_len", 24}};
   auto r = RunDisaggPrefillScenario(Tiny(), spec, 1);
@@ -71,7 +83,7 @@ TEST(DisaggPrefillScenario, TheGateFileParsesAndNamesOnlyItsMetrics) {
   auto gate = feedback::ParseGate(*file);
   ASSERT_TRUE(gate.ok()) << gate.status().ToString();
   const std::set<std::string> metrics = {"tok_s", "done_tok_s", "ttft_ms_p50", "e2e_ms_p50", "transfers",
-                                         "transfer_failures", "transfer_bytes", "send_overlap",
+                                         "transfer_failures", "transfer_bytes", "transfer_links", "send_overlap",
                                          "exposed_send_share", "engine_export_ms", "transfer_read_ms", "transfer_send_ms", "wall_ms", "completed", "errors", "leaked_pages", "leaked_slots"};
   for (const auto& p : gate->predicates) {
     EXPECT_TRUE(metrics.count(p.a.metric)) << p.id << ": " << p.a.metric;
