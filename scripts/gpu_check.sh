@@ -421,7 +421,8 @@ for b in mla moe sampling; do
   exe=$PACK/gyre_${b}_cuda_bench
   if has_step "$b" && [[ -x "$exe" ]]; then
     echo "== gyre_${b}_cuda_bench"
-    timeout ${GYRE_BENCH_TIMEOUT:-240} "$exe" --out "$OUT" || status=1
+    extra="GYRE_${b^^}_BENCH_ARGS"  # e.g. GYRE_MLA_BENCH_ARGS="--contexts 1048576 --batches 1,4 --quick"
+    timeout ${GYRE_BENCH_TIMEOUT:-240} "$exe" --out "$OUT" ${!extra:-} || status=1
   fi
 done
 # ---- 6. the 4-layer model (3 KDA + 1 DSA, default shapes, random bf16 weights), then transformers ----

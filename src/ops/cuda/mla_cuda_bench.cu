@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <numeric>
@@ -424,6 +425,9 @@ struct Row {
 struct Report {
   std::string path, commit, device_json = "null", error;
   bool quick = false, sanitize = false;
+  // Decode cases (--contexts, --batches); a custom list skips the prefill case.
+  std::vector<int64_t> contexts = {8192, 65536, 262144}, batches = {1, 32};
+  bool custom = false;
   double copy_gbps = 0;
   std::vector<CheckRow> checks;
   std::vector<Row> rows;
@@ -570,12 +574,13 @@ Status Run(Report& rep) {
     return Status::Ok();
   }
   const int reps = rep.quick ? 5 : 21;
-  for (int64_t ctx : {int64_t(8192), int64_t(65536), int64_t(262144)}) {
-    for (int64_t batch : {int64_t(1), int64_t(32)}) {
+  for (int64_t ctx : rep.contexts) {
+    for (int64_t batch : rep.batches) {
       std::printf("decode ctx=%lld B=%lld\n", static_cast<long long>(ctx), static_cast<long long>(batch));
       GYRE_RETURN_IF_ERROR(RunCase(rep, ctx, batch, false, {0, batch - 1}, reps, s));
     }
   }
+  if (rep.custom) return Status::Ok();
   std::printf("prefill T=4096\n");
   GYRE_RETURN_IF_ERROR(RunCase(rep, 4096, 1, true, {0, 15, 2062, 2063, 4095}, rep.quick ? 2 : 5, s));
   return Status::Ok();
@@ -593,8 +598,27 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) rep.commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) rep.quick = true;
     else if (!std::strcmp(argv[i], "--sanitize")) rep.sanitize = true;
-    else {
-      std::fprintf(stderr, "usage: gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick] [--sanitize]\n");
+    else if ((!std::strcmp(argv[i], "--contexts") || !std::strcmp(argv[i], "--batches")) && i + 1 < argc) {
+      std::vector<int64_t>& list = !std::strcmp(argv[i], "--contexts") ? rep.contexts : rep.batches;
+      list.clear();
+      rep.custom = true;
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long long v = std::strtoll(p, &end, 10);
+        // contexts: whole pages of kPage tokens; batches: 1..1024
+        const bool ctx = &list == &rep.contexts;
+        if (end == p || v < 1 || (ctx && v % gyre::cuda::kPage != 0) || (!ctx && v > 1024) || (*end && *end != ',')) {
+          std::fprintf(stderr, "gyre_mla_cuda_bench: bad list '%s' (contexts: multiples of %d; batches: 1..1024)\n",
+                       argv[i], static_cast<int>(gyre::cuda::kPage));
+          return 2;
+        }
+        list.push_back(v);
+        p = *end ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: gyre_mla_cuda_bench [--out DIR] [--commit HASH] [--quick] [--sanitize] "
+                   "[--contexts N,N,...] [--batches N,N,...]\n");
       return 2;
     }
   }
