@@ -311,7 +311,7 @@ Status CheckToken(Case& c, int64_t i, const std::vector<float>& kvb_f32, const V
     for (int64_t r = 0; r < kM; ++r) rows.push_back(c.Row(seq, pos + 1 - kM + r));
     GYRE_ASSIGN_OR_RETURN(auto k, Gather(c.idx_k, kDi, rows, s));
     GYRE_ASSIGN_OR_RETURN(auto g, Gather(c.gamma, kDi, rows, s));
-    GYRE_ASSIGN_OR_RETURN(auto gpu, Gather(c.pool_keys, kDi, {c.Row(seq, pos)}, s));
+    GYRE_ASSIGN_OR_RETURN(auto gpu, Gather(c.pool_keys, kDi, {c.Row(seq, pos) / PoolKeyDiv(kPage, kM)}, s));
     GYRE_ASSIGN_OR_RETURN(auto ape, ToHost<float>(c.ape.get(), kM * kDi));
     std::vector<float> cpu(kDi);
     ops::PoolKey(k.data(), g.data(), ape.data(), kM, kDi, cpu.data(), Numerics{});
@@ -323,7 +323,8 @@ Status CheckToken(Case& c, int64_t i, const std::vector<float>& kvb_f32, const V
   GYRE_ASSIGN_OR_RETURN(auto gsel, ToHost<int32_t>(c.sel.get<int32_t>() + i * cap, std::max(cnt[0], 1)));
   gsel.resize(std::max(cnt[0], 0));
   std::vector<int64_t> prow(P);
-  for (int64_t p = 0; p < P; ++p) prow[p] = c.Row(seq, p * kM + kM - 1);
+  // (one pooled-key row per pool: the row of its last token over PoolKeyDiv, mla_cuda.h)
+  for (int64_t p = 0; p < P; ++p) prow[p] = c.Row(seq, p * kM + kM - 1) / PoolKeyDiv(kPage, kM);
   GYRE_ASSIGN_OR_RETURN(auto pk, Gather(c.pool_keys, kDi, prow, s));
   GYRE_ASSIGN_OR_RETURN(auto qi, ToHost<float>(c.q_idx.get<float>() + i * kHi * kDi, kHi * kDi));
   GYRE_ASSIGN_OR_RETURN(auto wi, ToHost<float>(c.w.get<float>() + i * kHi, kHi));
