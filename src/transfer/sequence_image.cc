@@ -37,8 +37,8 @@ int64_t SequenceImage::num_bytes() const {
 }
 
 int64_t PagesFor(const CacheFormat& f, int64_t num_tokens) {
-  if (f.bytes_per_page == 0 || f.page_tokens <= 0) return 0;
-  return (num_tokens + f.page_tokens - 1) / f.page_tokens;
+  if (f.bytes_per_page == 0 || f.page_tokens <= 0 || num_tokens <= 0) return 0;
+  return (num_tokens - 1) / f.page_tokens + 1;  // (no overflow for any count a Begin frame may carry)
 }
 
 Status ValidateImage(const SequenceImage& im) {

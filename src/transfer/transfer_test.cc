@@ -85,6 +85,11 @@ TEST(TransferWire, BeginRoundTripsAndRejectsInconsistentSizes) {
   b.next_top.assign(kMaxTopLogprobs + 1, {1, -1.0f});
   EXPECT_EQ(DecodeBegin(EncodeBegin(b)).status().code(), StatusCode::kDataLoss);
   b.next_top.clear();
+  // A token count near INT64_MAX (found by wire_fuzz: PagesFor overflowed) is only inconsistent.
+  EXPECT_EQ(PagesFor(b.format, std::numeric_limits<int64_t>::max()), (std::numeric_limits<int64_t>::max() - 1) / 16 + 1);
+  BeginInfo huge = b;
+  huge.num_tokens = std::numeric_limits<int64_t>::max() - 3;
+  EXPECT_EQ(DecodeBegin(EncodeBegin(huge)).status().code(), StatusCode::kDataLoss);
   b.num_pages = 2;  // 33 tokens need 3 pages of 16
   EXPECT_EQ(DecodeBegin(EncodeBegin(b)).status().code(), StatusCode::kDataLoss);
 }
