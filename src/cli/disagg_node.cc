@@ -123,34 +123,32 @@ Status DisaggNode::StartSend(RequestId id, const serve::DisaggTicket& ticket, co
   // thread, so the engine thread neither copies nor waits for the steps in flight; the engine
   // holds the pages and slot until ReleaseExported, so nothing writes them meanwhile. Otherwise
   // the image is copied here, on the engine thread, ordered like steps.
-  auto exported = std::make_shared<Result<transfer::SequenceImage>>(Status::Internal("not exported yet"));
-  std::function<void()> export_later;
-  if (seq.runner->ReadsFinishedConcurrently()) {
-    export_later = [exported, runner = seq.runner, slot = seq.slot,
-                    pages = std::vector<int32_t>(seq.pages.begin(), seq.pages.end()), n = seq.num_tokens,
-                    tok = seq.first_token] { *exported = transfer::ExportFinishedSequence(*runner, slot, pages, n, tok); };
-  } else {
-    *exported = transfer::ExportSequence(*seq.runner, seq.slot, seq.pages, seq.num_tokens, seq.first_token);
-    if (!exported->ok()) return exported->error().WithContext("exporting the prefilled cache");
+  const bool read_later = seq.runner->ReadsFinishedConcurrently();
+  auto image = std::make_shared<Result<transfer::SequenceImage>>(Status::Internal("not exported yet"));
+  if (!read_later) {
+    *image = transfer::ExportSequence(*seq.runner, seq.slot, seq.pages, seq.num_tokens, seq.first_token);
+    if (!image->ok()) return image->error().WithContext("exporting the prefilled cache");
   }
   ++in_flight_;
-  auto task = [this, id, ticket, exported, export_later, lp = first.logprob, top = first.top](bool cancelled) {
+  auto task = [this, id, ticket, image, read_later, runner = seq.runner, slot = seq.slot,
+               pages = std::vector<int32_t>(seq.pages.begin(), seq.pages.end()), n = seq.num_tokens,
+               tok = seq.first_token, lp = first.logprob, top = first.top](bool cancelled) {
     if (cancelled) {
       engine_->ReleaseExported(id, Status::Unavailable("the server stopped before the transfer"));
       ++failed_;
       --in_flight_;
       return;
     }
-    if (export_later) export_later();
-    if (!exported->ok()) {
-      engine_->ReleaseExported(id, exported->error().WithContext("exporting the prefilled cache"));
+    if (read_later) *image = transfer::ExportFinishedSequence(*runner, slot, pages, n, tok);
+    if (!image->ok()) {
+      engine_->ReleaseExported(id, image->error().WithContext("exporting the prefilled cache"));
       ++failed_;
       --in_flight_;
       return;
     }
-    (*exported)->next_logprob = lp;
-    (*exported)->next_top = top;
-    Send(id, ticket, **exported);
+    (*image)->next_logprob = lp;
+    (*image)->next_top = top;
+    Send(id, ticket, **image);
   };
   const bool queued = senders_->TrySubmit(std::move(task));
   if (!queued) {
@@ -202,7 +200,6 @@ void DisaggNode::Send(RequestId id, const serve::DisaggTicket& ticket, const tra
 }
 
 Status DisaggNode::SendOn(Link& link, const std::string& to, uint64_t transfer_id, const transfer::SequenceImage& image) {
-  std::lock_guard<std::mutex> l(link.mu);
   if (!link.conn) {
     GYRE_ASSIGN_OR_RETURN(auto addr, SplitAddress(to));
     auto conn = opts_.connect ? opts_.connect(addr.first, addr.second) : transfer::TcpConnect(addr.first, addr.second, Ms(2000));

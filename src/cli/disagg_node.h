@@ -81,8 +81,9 @@ class DisaggNode final : public serve::DisaggHandler {
  private:
   DisaggNode(Engine* engine, const DisaggNodeOptions& opts);
   struct Link {
-    bool busy = false;  // a transfer thread holds it (guarded by DisaggNode::mu_)
-    std::mutex mu;  // one transfer at a time (TransferSender::Send)
+    // A transfer thread holds it (guarded by DisaggNode::mu_): one transfer at a time on a link,
+    // so its connection and sender are the holder's alone.
+    bool busy = false;
     std::unique_ptr<transfer::Connection> conn;
     std::unique_ptr<transfer::TransferSender> sender;
   };

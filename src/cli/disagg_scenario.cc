@@ -253,7 +253,7 @@ Result<std::map<std::string, double>> RunDisaggPrefillScenario(const Model& mode
   if (backend == "cpu") {
     const feedback::OverlapResult ov =
         feedback::MeasureOverlap(EventsOf(spans), "name:transfer.send", "step");
-    out["send_overlap"] = ov.a_us > 0 ? ov.overlap_us / ov.a_us : 1.0;
+    out["send_overlap"] = ov.a_us > 0 ? ov.ratio : 1.0;
     out["exposed_send_share"] = ov.exposed_a_us / std::max(1.0, Ms(t_end - t0) * 1e3);
   }
   return out;
