@@ -439,6 +439,22 @@ if [[ -n "$GYRE" ]] && has_step prefixbench; then
   echo "== prefix cache on vs off (tools/gpu/prefix_bench.sh)"
   timeout ${GYRE_PREFIX_BENCH_TIMEOUT:-900} tools/gpu/prefix_bench.sh "$GYRE" "$OUT/prefixbench" ${GYRE_PREFIX_BENCH_CONFIGS:-} || status=1
 fi
+# Opt-in `specbench`: speculative decoding with ReplaySSM on the CUDA model (issue 15): verify step
+# vs decode step at k = 1..4, serving tokens/s with n-gram drafts vs without, outputs identical.
+if has_step specbench; then
+  if [[ -x "$PACK/gyre_specdec_cuda_bench" ]]; then
+    for cfg in ${GYRE_SPEC_BENCH_CONFIGS:-tests/fixtures/glm5_mini/config.json bench/configs/glm5_next_fulldepth_32experts.json}; do
+      name=$(basename "$(dirname "$cfg")")
+      [[ $name == configs ]] && name=$(basename "$cfg" .json)
+      echo "== speculative decoding bench: $cfg"
+      timeout ${GYRE_SPEC_BENCH_TIMEOUT:-300} "$PACK/gyre_specdec_cuda_bench" "$cfg" ${GYRE_SPEC_BENCH_ARGS:-} \
+        > "$OUT/specdec_$name.json" 2> "$OUT/specdec_$name.err" || { echo "   FAILED (see specdec_$name.err)"; status=1; }
+      tail -3 "$OUT/specdec_$name.err"
+    done
+  else
+    echo "== no packed gyre_specdec_cuda_bench"; status=1
+  fi
+fi
 if has_step hf; then
   echo "== transformers' chunked KDA at the KDA prefill shapes"
   PYTHONUNBUFFERED=1 timeout ${GYRE_HF_TIMEOUT:-300} python3 tools/bench/hf_kda_prefill_bench.py --out "$OUT/hf_kda_prefill.json" \

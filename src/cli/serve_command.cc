@@ -400,6 +400,8 @@ int RunServe(ServeArgs a) {
       co.reserve_min_states = 4 * a.max_num_seqs;
     }
     co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
+    // Speculative decoding: the ReplaySSM rings for 1 + num_speculative_tokens tokens per slot.
+    if (!eo.speculative.method.empty()) co.speculative_tokens = eo.speculative.num_speculative_tokens;
     {
       Result<KvCachePolicy> kvp = KvPolicyFromFlags(config, a.kv_cache_dtype, a.kv_cache_policy);
       if (!kvp.ok()) return Fail(kvp.error());

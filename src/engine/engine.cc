@@ -980,8 +980,9 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
   const RunnerCapacity cap = runner.capacity();
   if (cap.num_slots < 1) return Status::InvalidArgument("the model runner has no state slot");
   if (!o.speculative.method.empty() && !cap.speculative)
-    return Status::InvalidArgument("speculative decoding is not implemented on the " + runner.backend() +
-                                   " backend yet (cpu only)");
+    return Status::InvalidArgument("speculative decoding is not available on this " + runner.backend() +
+                                   " runner (the CUDA model runs it when built with speculative_tokens, not under "
+                                   "tensor parallelism or layer split)");
   const bool paged = cap.bytes_per_page > 0;
   int64_t max_len = 1 << 20;
   if (paged) {

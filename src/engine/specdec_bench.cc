@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/bench_sink.h"
 #include "engine/engine.h"
 #include "engine/ngram_draft.h"
 #include "runtime/model.h"
@@ -20,28 +21,6 @@
 namespace gyre {
 namespace {
 
-class Sink : public RequestSink {
- public:
-  void OnToken(const TokenEvent& ev) override {
-    std::lock_guard<std::mutex> l(mu);
-    ids.push_back(ev.id);
-  }
-  void OnFinish(FinishReason, const Status&, const Usage& u) override {
-    std::lock_guard<std::mutex> l(mu);
-    usage = u;
-    done = true;
-    cv.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done; });
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> ids;
-  Usage usage;
-  bool done = false;
-};
 
 struct Sample {
   double decode_tok_s = 0;
@@ -62,7 +41,7 @@ Sample RunOnce(const Model& model, const std::vector<int32_t>& prompt, int64_t m
   auto engine = Engine::Create(model, eo);
   GYRE_CHECK(engine.ok());
   GYRE_CHECK((*engine)->Start().ok());
-  auto sink = std::make_shared<Sink>();
+  auto sink = std::make_shared<BenchSink>();
   RequestParams p;
   p.prompt = prompt;
   p.max_tokens = max_tokens;

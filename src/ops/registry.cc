@@ -364,6 +364,15 @@ struct ReplayFoldOp : NoNote {
                  o.data());
     return ref::Vec(st.begin(), st.end());
   }
+#ifdef GYRE_CUDA
+  // The speculative launch (state kept), then the fold; each checked bit for bit against the plain
+  // recurrent kernel on the device (ops_cuda.h), the folded state compared with the CPU reference.
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    *out = in.state;
+    return cuda::KdaReplayFoldOnDevice(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.t, in.h,
+                                       in.dk, out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) { return KdaCost(d); }
 };
 
@@ -917,11 +926,15 @@ std::vector<OpSpec> BuildRegistry() {
                                      S({{"T", 200}, {"H", 3}, {"K", 32}}, 2.6e-6)}));
   r.push_back(MakeSpec<KdaOp<false>>("kda.recurrent", "fp32-iterative", 1e-4, kda_shapes));
   {
-    // ReplaySSM's fold; CPU only: the CUDA model has no speculative decoding yet (issue 15).
+    // ReplaySSM's fold (the CPU engine's ops::KdaFold; the CUDA model's keep + fold launches).
     OpSpec fold = MakeSpec<ReplayFoldOp>("kda.replay_fold", "exact (fp32 bits of kda.recurrent's state)", 0,
                                          {S({{"T", 0}, {"H", 2}, {"K", 16}}), S({{"T", 1}, {"H", 2}, {"K", 16}}),
-                                          S({{"T", 4}, {"H", 3}, {"K", 32}})});
-    fold.backends = {Backend::kCpu};
+                                          S({{"T", 4}, {"H", 3}, {"K", 32}}), S({{"T", 5}, {"H", 3}, {"K", 20}}),
+                                          S({{"T", 4}, {"H", 2}, {"K", 128}})});
+    // On the GPU: bit for bit against the device's own recurrence (inside CudaRun), and within
+    // kda.recurrent's class against the CPU reference (expf and fma differ from the CPU's).
+    fold.cuda_tolerance = 1e-5;
+    fold.cuda_tolerance_class = "fp32-iterative (bits vs the device recurrence checked in the run)";
     r.push_back(std::move(fold));
   }
   r.push_back(MakeSpec<GatedNormOp>("kda.gated_norm", "fp32-reassociation", 1e-5,

@@ -89,6 +89,42 @@ __global__ void ResolvePrevTokenKernel(int32_t* ids, const int32_t* tok_seq, con
   ids[t] = slot >= 0 ? last_token[slot] : 0;
 }
 
+// ReplaySSM rings (CudaModel::CommitSpeculative): a ring row holds one token's KDA inputs, the
+// segments seg[0..2] (pre-conv u [3P], gate g [P], β [Hh]) at ring offsets off[0..2]. For sequences
+// b in [b0, b1) of (cu, slots), the flat rows cu[b] .. cu[b+1] are copied to (to_ring) or from
+// ring rows 0.. of slot slots[b] (ring: [slots, ring_rows, ring_row]). grid.y over sequences,
+// threads over the row's floats. Plain copies: the ring round trip is exact.
+struct RingCopyArgs {
+  float* flat[3] = {nullptr, nullptr, nullptr};
+  int64_t width[3] = {0, 0, 0}, off[3] = {0, 0, 0};
+  float* ring = nullptr;
+  int64_t ring_rows = 0, ring_row = 0;
+  const int32_t* cu = nullptr;
+  const int32_t* slots = nullptr;
+  int64_t b0 = 0, b1 = 0;
+  bool to_ring = true;
+};
+__global__ void RingCopyKernel(const __grid_constant__ RingCopyArgs a) {
+  const int64_t b = a.b0 + blockIdx.y;
+  if (b >= a.b1) return;
+  const int32_t slot = a.slots[b];
+  if (slot < 0) return;
+  const int64_t first = a.cu[b], n = a.cu[b + 1] - first;
+  const int64_t total = a.width[0] + a.width[1] + a.width[2];
+  for (int64_t t = 0; t < n && t < a.ring_rows; ++t) {
+    float* ring_row = a.ring + (int64_t(slot) * a.ring_rows + t) * a.ring_row;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const int seg = i < a.width[0] ? 0 : (i < a.width[0] + a.width[1] ? 1 : 2);
+      const int64_t c = i - (seg == 0 ? 0 : (seg == 1 ? a.width[0] : a.width[0] + a.width[1]));
+      float* f = a.flat[seg] + (first + t) * a.width[seg] + c;
+      float* r = ring_row + a.off[seg] + c;
+      if (a.to_ring) *r = *f;
+      else *f = *r;
+    }
+  }
+}
+
 // last_token[row_slot[r]] ← ids[r] for the sampled rows.
 __global__ void RecordLastTokenKernel(const int32_t* ids, const int32_t* row_slot, int64_t rows, int32_t* last_token) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -542,6 +578,91 @@ struct CudaModel::Impl {
   std::vector<DeviceBuffer> ckpt_buffers;
   std::vector<float*> ckpt_state, ckpt_conv;
   int64_t num_ckpts = 0;
+  // ReplaySSM (opts.speculative_tokens > 0; CudaModel::CommitSpeculative): per KDA layer a ring
+  // [max_seqs, spec_rows, ring_row] of the uncommitted speculative piece's per-token inputs:
+  // u (pre-conv, 3P) | g (P) | β (Hh, padded to 4 floats).
+  std::vector<float*> spec_ring;
+  int64_t spec_rows = 0, ring_row = 0;
+  std::vector<int64_t> spec_len;                    // per slot: tokens of its uncommitted piece (0: none)
+  std::vector<std::pair<int32_t, int32_t>> folds;   // committed (slot, n > 0), not yet enqueued
+  // Fold batches' (cu, slots) arrays: pinned host pair (alternating; an event per half says its
+  // upload has run), one device copy (stream order protects it).
+  int32_t* fold_host[2] = {nullptr, nullptr};
+  cudaEvent_t fold_ev[2] = {};
+  int fold_next = 0;
+  int32_t* fold_dev = nullptr;
+  int64_t fold_ints = 0;
+  RingCopyArgs RingArgs(int64_t l, const int32_t* cu, const int32_t* slots, int64_t b0, int64_t b1, bool to_ring) const {
+    const int64_t Hh = c.linear_num_heads, P = Hh * c.linear_head_dim;
+    RingCopyArgs a;
+    a.flat[0] = u;
+    a.flat[1] = g;
+    a.flat[2] = beta;
+    a.width[0] = 3 * P;
+    a.width[1] = P;
+    a.width[2] = Hh;
+    a.off[0] = 0;
+    a.off[1] = 3 * P;
+    a.off[2] = 4 * P;
+    a.ring = spec_ring[l];
+    a.ring_rows = spec_rows;
+    a.ring_row = ring_row;
+    a.cu = cu;
+    a.slots = slots;
+    a.b0 = b0;
+    a.b1 = b1;
+    a.to_ring = to_ring;
+    return a;
+  }
+  Status RingCopy(const RingCopyArgs& a) {
+    if (a.b1 <= a.b0) return Status::Ok();
+    const int64_t total = a.width[0] + a.width[1] + a.width[2];
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 64)), static_cast<unsigned>(a.b1 - a.b0));
+    RingCopyKernel<<<grid, 256, 0, s()>>>(a);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::Ok();
+  }
+  // Enqueues the queued folds on the step stream (see CudaModel::CommitSpeculative).
+  Status FlushFolds();
+  // KDA layer l's conv (pre-conv u → q, k, v scratch; tails of `slots`) and recurrent kernel
+  // (q, k, v, g, β scratch; states of `slots`; outputs to `out`) over `seqs` sequences.
+  cuda::ConvParams KdaConv(int64_t l, const int32_t* cu, const int32_t* slots, int64_t tokens, int64_t seqs) const {
+    const int64_t P = c.linear_num_heads * c.linear_head_dim;
+    cuda::ConvParams cp;
+    cp.x = u;
+    cp.w = w.layers[l].conv;
+    cp.state = kda_conv[l];
+    cp.split = P;
+    cp.parts[0] = kq;
+    cp.parts[1] = kk;
+    cp.parts[2] = kv;
+    cp.cu_seqlens = cu;
+    cp.slots = slots;
+    cp.num_tokens = tokens;
+    cp.num_seqs = seqs;
+    cp.channels = 3 * P;
+    cp.width = c.linear_conv_kernel_dim;
+    cp.num_slots = opts.max_seqs;
+    return cp;
+  }
+  cuda::KdaRecurrentParams KdaRec(int64_t l, const int32_t* slots, int64_t seqs, float* out) const {
+    cuda::KdaRecurrentParams rp;
+    rp.q = kq;
+    rp.k = kk;
+    rp.v = kv;
+    rp.g = g;
+    rp.beta = beta;
+    rp.slots = slots;
+    rp.state = kda_state[l];
+    rp.o = out;
+    rp.num_seqs = static_cast<int>(seqs);
+    rp.num_tokens = 1;
+    rp.num_heads = static_cast<int>(c.linear_num_heads);
+    rp.head_dim = static_cast<int>(c.linear_head_dim);
+    rp.num_slots = opts.max_seqs;
+    return rp;
+  }
+
   // One slot ↔ checkpoint copy of every KDA layer (to_ckpt: slot → checkpoint), in stream order.
   Status CopyState(SlotId slot, CheckpointId ckpt, bool to_ckpt) {
     const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
@@ -750,7 +871,7 @@ struct CudaModel::Impl {
     int64_t rows = 0, tokens = 0;
     bool use_graph = false, want_logits = false, want_logprobs = false;
     std::vector<int64_t> row_of_input, nrows_of_input;
-    std::vector<uint8_t> sampled;
+    std::vector<uint8_t> sampled, spec;
     std::vector<int32_t> top_logprobs;
     std::vector<float> all;                                       // want_logits: every row
     // Logit processing inputs of the step (uploaded at launch).
@@ -770,8 +891,10 @@ struct CudaModel::Impl {
   DeviceBuffer kda_ws, mla_ws, idx_ws, moe_ws;
   // Step inputs: one int32 blob, pinned on the host, mirrored on the device.
   // o_rslot: per logits row, the slot whose last sample it is (-1: not sampled); last_token ← ids.
+  // o_keep / o_tslots (per sequence): 1 for a speculative piece (its KDA state is read, not
+  // written) / the slot whose conv tail takes the piece's inputs (-1 for a speculative piece).
   int64_t blob_ints = 0, o_ids = 0, o_seq = 0, o_pos = 0, o_cu = 0, o_slots = 0, o_rows = 0, o_rslot = 0, o_bt = 0,
-          bt_cap = 0;
+          o_keep = 0, o_tslots = 0, bt_cap = 0;
   int32_t* dev_blob = nullptr;
 
   // Step timing: begin/end events of launch n are [n % 4]: with at most two steps outstanding,
@@ -832,6 +955,10 @@ struct CudaModel::Impl {
         if (p) (void)cudaFreeHost(p);
     }
     if (finished_pinned) (void)cudaFreeHost(finished_pinned);
+    for (int i = 0; i < 2; ++i) {
+      if (fold_host[i]) (void)cudaFreeHost(fold_host[i]);
+      if (fold_ev[i]) (void)cudaEventDestroy(fold_ev[i]);
+    }
     for (int i = 0; i < 4; ++i)
       for (cudaEvent_t e : {ev_begin[i], ev_end[i]})
         if (e) (void)cudaEventDestroy(e);
@@ -971,6 +1098,7 @@ struct CudaModel::Impl {
 
   struct StepDims {
     int64_t n = 0, b = 0, bd = 0;      // tokens, sequences, decode sequences (the first bd, one token each)
+    int64_t bs = 0;                    // speculative pieces (the bs after the decode rows; ReplaySSM)
     std::vector<int64_t> cu;           // host cu_seqlens [b+1] (for the chunked KDA)
     std::vector<int32_t> slots;        // host slots [b]
     cuda::PagedBatch pb;
@@ -1153,6 +1281,10 @@ Status CudaModel::Impl::BuildPools() {
       const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
       GYRE_ASSIGN_OR_RETURN(kda_state[l], AllocN<float>(opts.max_seqs * Hh * K * K, &stats.state_bytes));
       GYRE_ASSIGN_OR_RETURN(kda_conv[l], AllocN<float>(opts.max_seqs * (W - 1) * 3 * P, &stats.state_bytes));
+      if (spec_rows > 0) {
+        if (spec_ring.empty()) spec_ring.assign(c.num_hidden_layers, nullptr);
+        GYRE_ASSIGN_OR_RETURN(spec_ring[l], AllocN<float>(opts.max_seqs * spec_rows * ring_row, &stats.spec_bytes));
+      }
     } else {
       AttnCache& ac = cache[l];
       ac.kv = LayerKv(l);
@@ -1309,10 +1441,23 @@ Status CudaModel::Impl::BuildScratch() {
   o_cu = o_rows + N;
   o_slots = o_cu + bmax + 1;
   o_rslot = o_slots + bmax;
-  o_bt = o_rslot + N;
+  o_keep = o_rslot + N;
+  o_tslots = o_keep + bmax;
+  o_bt = o_tslots + bmax;
   blob_ints = o_bt + bt_cap;
   for (Staging& st : staging) GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.blob, blob_ints * 4));
   GYRE_ASSIGN_OR_RETURN(dev_blob, AllocN<int32_t>(blob_ints, sb));
+  if (spec_rows > 0) {
+    // A flush holds at most one fold per slot, split into batches of at most nmax rows: per batch
+    // cu [count + 1] and slots [count].
+    fold_ints = 3 * opts.max_seqs + 2;
+    for (int i = 0; i < 2; ++i) {
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&fold_host[i], fold_ints * 4));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fold_ev[i], cudaEventDisableTiming));
+    }
+    GYRE_ASSIGN_OR_RETURN(fold_dev, AllocN<int32_t>(fold_ints, sb));
+    spec_len.assign(opts.max_seqs, 0);
+  }
   // Warm the sampler once outside any graph capture (it raises its shared-memory limit on first use).
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(glogits, 0, c.vocab_size * 4, s()));
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sample_params, 0, sizeof(cuda::SampleParamsDev), s()));
@@ -1339,43 +1484,27 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
   GYRE_RETURN_IF_ERROR(cuda::Sigmoid(beta, N * Hh, beta, s()));
   GYRE_RETURN_IF_ERROR(Linear(small + L.ks_ga, N, L.kda_gb, z, L.ks_width));
   GYRE_RETURN_IF_ERROR(Sec("kda.conv"));
-  cuda::ConvParams cp;
-  cp.x = u;
-  cp.w = L.conv;
-  cp.state = kda_conv[li];
-  cp.split = P;
-  cp.parts[0] = kq;
-  cp.parts[1] = kk;
-  cp.parts[2] = kv;
-  cp.cu_seqlens = dev_blob + o_cu;
-  cp.slots = dev_blob + o_slots;
-  cp.num_tokens = N;
-  cp.num_seqs = d.b;
-  cp.channels = 3 * P;
-  cp.width = c.linear_conv_kernel_dim;
-  cp.num_slots = opts.max_seqs;
+  cuda::ConvParams cp = KdaConv(li, dev_blob + o_cu, dev_blob + o_slots, N, d.b);
+  if (d.bs > 0) cp.tail_slots = dev_blob + o_tslots;  // speculative pieces keep their tails
   GYRE_RETURN_IF_ERROR(cuda::CausalConv1dSilu(cp, s()));  // writes q, k, v apart
-  if (d.bd > 0) {
+  const int64_t nrec = d.bd + d.bs;  // sequences on the recurrent kernel: decode rows, speculative pieces
+  if (d.bs > 0) {
+    // ReplaySSM: the speculative pieces' pre-conv inputs, gates and betas to their slots' rings.
+    GYRE_RETURN_IF_ERROR(Sec("kda.spec_stash"));
+    GYRE_RETURN_IF_ERROR(RingCopy(RingArgs(li, dev_blob + o_cu, dev_blob + o_slots, d.bd, nrec, /*to_ring=*/true)));
+  }
+  if (nrec > 0) {
     GYRE_RETURN_IF_ERROR(Sec("kda.recurrent"));
-    cuda::KdaRecurrentParams rp;
-    rp.q = kq;
-    rp.k = kk;
-    rp.v = kv;
-    rp.g = g;
-    rp.beta = beta;
-    rp.slots = dev_blob + o_slots;
-    rp.state = kda_state[li];
-    rp.o = o;
-    rp.num_seqs = static_cast<int>(d.bd);
-    rp.num_tokens = 1;
-    rp.num_heads = static_cast<int>(Hh);
-    rp.head_dim = static_cast<int>(K);
-    rp.num_slots = opts.max_seqs;
+    cuda::KdaRecurrentParams rp = KdaRec(li, dev_blob + o_slots, nrec, o);
+    if (d.bs > 0) {  // ragged (decode rows have one token each), speculative states kept
+      rp.cu_seqlens = dev_blob + o_cu;
+      rp.keep = dev_blob + o_keep;
+    }
     GYRE_RETURN_IF_ERROR(cuda::KdaRecurrent(rp, s()));
   }
-  if (d.b > d.bd) {
+  if (d.b > nrec) {
     GYRE_RETURN_IF_ERROR(Sec("kda.chunk"));
-    const int64_t t0 = d.cu[d.bd];
+    const int64_t t0 = d.cu[nrec];
     cuda::KdaChunkParams kp;
     kp.q = kq + t0 * P;
     kp.k = kk + t0 * P;
@@ -1384,8 +1513,8 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
     kp.beta = beta + t0 * Hh;
     kp.state = kda_state[li];
     kp.o = o + t0 * P;
-    for (int64_t b = d.bd; b <= d.b; ++b) kp.cu_seqlens.push_back(d.cu[b] - t0);
-    kp.slots.assign(d.slots.begin() + d.bd, d.slots.end());
+    for (int64_t b = nrec; b <= d.b; ++b) kp.cu_seqlens.push_back(d.cu[b] - t0);
+    kp.slots.assign(d.slots.begin() + nrec, d.slots.end());
     kp.num_heads = static_cast<int>(Hh);
     kp.head_dim = static_cast<int>(K);
     kp.num_slots = opts.max_seqs;
@@ -1401,6 +1530,60 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
   GYRE_RETURN_IF_ERROR(cuda::GatedRmsNorm(o, z, N, Hh, K, L.o_norm, c.rms_norm_eps, yn, s()));
   GYRE_RETURN_IF_ERROR(Linear(yn, N, L.kda_o, out));
   return TpSum(out, N * c.hidden_size);
+}
+
+Status CudaModel::Impl::FlushFolds() {
+  if (folds.empty()) return Status::Ok();
+  GYRE_SPAN("cuda.spec_fold", "step");
+  // Batches of at most nmax rows (the flat scratch), each as cu [count + 1] then slots [count].
+  struct Batch {
+    int64_t off = 0, count = 0, rows = 0;
+  };
+  std::vector<Batch> batches;
+  int32_t* host = fold_host[fold_next];
+  GYRE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(fold_ev[fold_next]));  // this half's last upload has run
+  int64_t pos = 0;
+  for (size_t i = 0; i < folds.size();) {
+    Batch bt;
+    bt.off = pos;
+    size_t j = i;
+    while (j < folds.size() && bt.rows + folds[j].second <= nmax) bt.rows += folds[j++].second;
+    bt.count = static_cast<int64_t>(j - i);
+    if (bt.count == 0) return Status::Internal("cuda model: a speculative fold longer than a step");
+    int32_t* cu = host + pos;
+    int32_t* sl = cu + bt.count + 1;
+    cu[0] = 0;
+    for (size_t q = i; q < j; ++q) {
+      cu[q - i + 1] = cu[q - i] + folds[q].second;
+      sl[q - i] = folds[q].first;
+    }
+    pos += 2 * bt.count + 1;
+    if (pos > fold_ints) return Status::Internal("cuda model: speculative fold table overflow");
+    batches.push_back(bt);
+    i = j;
+  }
+  GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(fold_dev, host, pos * 4, cudaMemcpyHostToDevice, s()));
+  GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(fold_ev[fold_next], s()));
+  fold_next ^= 1;
+  for (const Batch& bt : batches) {
+    const int32_t* cu = fold_dev + bt.off;
+    const int32_t* sl = cu + bt.count + 1;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (!kda_state[l]) continue;
+      // The kept inputs back to flat rows, then the decode kernels over them: the conv (outputs
+      // as the speculative step computed them, the tail advanced by the n inputs) and the
+      // recurrence (the state advanced by the n tokens; no outputs).
+      GYRE_RETURN_IF_ERROR(RingCopy(RingArgs(l, cu, sl, 0, bt.count, /*to_ring=*/false)));
+      GYRE_RETURN_IF_ERROR(cuda::CausalConv1dSilu(KdaConv(l, cu, sl, bt.rows, bt.count), s()));
+      cuda::KdaRecurrentParams rp = KdaRec(l, sl, bt.count, /*out=*/nullptr);
+      rp.cu_seqlens = cu;
+      GYRE_RETURN_IF_ERROR(cuda::KdaRecurrent(rp, s()));
+    }
+  }
+  stats.spec_folds += static_cast<int64_t>(folds.size());
+  stats.spec_fold_batches += static_cast<int64_t>(batches.size());
+  folds.clear();
+  return Status::Ok();
 }
 
 Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out,
@@ -1763,6 +1946,16 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     impl->pp = opts.pp.comm;
     impl->opts.decode_graphs = false;
   }
+  if (opts.speculative_tokens < 0) return Status::InvalidArgument("cuda model: negative speculative_tokens");
+  if (opts.speculative_tokens > 0) {
+    if (opts.tp.comm || opts.pp.comm)
+      return Status::Unimplemented("cuda model: speculative decoding under tensor parallelism or layer split");
+    if (opts.speculative_tokens + 1 > opts.max_batch_tokens)
+      return Status::InvalidArgument("cuda model: speculative_tokens + 1 exceeds max_batch_tokens");
+    impl->spec_rows = 1 + opts.speculative_tokens;
+    const int64_t Hh = config.linear_num_heads, P = Hh * config.linear_head_dim;
+    impl->ring_row = 4 * P + (Hh + 3) / 4 * 4;
+  }
   GYRE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&impl->device));
   GYRE_ASSIGN_OR_RETURN(impl->stream, cuda::Stream::Create());
   GYRE_ASSIGN_OR_RETURN(impl->gemm, cuda::GemmLt::Create());
@@ -1774,11 +1967,12 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     size_t free_b = 0, total_b = 0;
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
     const ModelConfig& c = config;
-    int64_t state_per_slot = 0, row_bytes = 0;
+    int64_t state_per_slot = 0, ring_per_slot = 0, row_bytes = 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       if (c.layer_types[l] == AttnKind::kKda) {
         const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, W = c.linear_conv_kernel_dim;
         state_per_slot += (Hh * K * K + (W - 1) * 3 * Hh * K) * 4;
+        ring_per_slot += impl->spec_rows * impl->ring_row * 4;
       } else {
         const KvDtype kv = impl->LayerKv(l);
         row_bytes += KvRowBytes(kv, c.kv_lora_rank) + (c.qk_rope_head_dim > 0 ? KvRowBytes(kv, c.qk_rope_head_dim) : 0);
@@ -1798,7 +1992,7 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     impl->stats.reserved_bytes = reserve;
     const double usable = std::max(0.0, static_cast<double>(free_b) - static_cast<double>(reserve));
     const double budget = opts.gpu_memory_utilization * usable -
-                          static_cast<double>(state_per_slot * opts.max_seqs);
+                          static_cast<double>((state_per_slot + ring_per_slot) * opts.max_seqs);
     if (row_bytes > 0) {
       const int64_t tokens = static_cast<int64_t>(budget / static_cast<double>(row_bytes));
       if (tokens < opts.page_tokens)
@@ -1841,6 +2035,7 @@ RunnerCapacity CudaModel::capacity() const {
   r.num_slots = m.opts.max_seqs;
   r.max_step_tokens = m.nmax;
   r.max_step_pieces = m.bmax;
+  r.speculative = m.spec_rows > 0;
   r.bytes_per_page = m.num_pages > 0 ? m.stats.kv_bytes / m.num_pages : 0;
   r.bytes_per_slot = m.opts.max_seqs > 0 ? m.stats.state_bytes / m.opts.max_seqs : 0;
   // The KV dtype of every attention layer (0 when all are fp32, as a runner without a policy).
@@ -1885,6 +2080,7 @@ Status CudaModel::ReserveCheckpoints(int64_t count) {
 Status CudaModel::SaveState(SlotId slot, CheckpointId ckpt) {
   Impl& m = *impl_;
   GYRE_RETURN_IF_ERROR(ValidateCheckpointOp(capacity(), m.num_ckpts, slot, ckpt, 1));
+  GYRE_RETURN_IF_ERROR(m.FlushFolds());
   return ckpt >= 0 ? m.CopyState(slot, ckpt, /*to_ckpt=*/true) : Status::Ok();
 }
 
@@ -1897,7 +2093,9 @@ Status CudaModel::RestoreState(CheckpointId ckpt, SlotId slot, int64_t num_token
   // The attention rows are in the pages (block tables come with each step); the pooled indexer
   // keys are kept in those pages too, so only the KDA state moves. ckpt -1 (no KDA layer): nothing.
   // The slot's token counts are forgotten: the next piece brings the history (model_runner.h),
-  // which resets them at its launch.
+  // which resets them at its launch. An uncommitted speculation of the slot is dropped.
+  GYRE_RETURN_IF_ERROR(m.FlushFolds());
+  if (!m.spec_len.empty()) m.spec_len[slot] = 0;
   return ckpt >= 0 ? m.CopyState(slot, ckpt, /*to_ckpt=*/false) : Status::Ok();
 }
 
@@ -1913,6 +2111,7 @@ Status CudaModel::WritePages(std::span<const PageId> pages, std::span<const std:
 
 Status CudaModel::ReadSlotState(SlotId slot, std::span<std::byte> dst) {
   if (Status v = ValidateSlotCopy(capacity(), slot, dst.size(), 1); !v.ok()) return v.WithContext("cuda model");
+  GYRE_RETURN_IF_ERROR(impl_->FlushFolds());
   return impl_->CopySlot(slot, dst.data(), /*to_host=*/true);
 }
 
@@ -1923,15 +2122,18 @@ Status CudaModel::WriteSlotState(SlotId slot, std::span<const std::byte> src, in
     return Status::InvalidArgument("cuda model: " + std::to_string(num_tokens) +
                                    " written tokens exceed the longest sequence");
   // As RestoreState: the rows (pooled keys included) come with the pages, only the state moves.
+  GYRE_RETURN_IF_ERROR(m.FlushFolds());
+  if (!m.spec_len.empty()) m.spec_len[slot] = 0;
   return m.CopySlot(slot, const_cast<std::byte*>(src.data()), /*to_host=*/false);
 }
 
-bool CudaModel::ReadsFinishedConcurrently() const { return !impl_->tp && !impl_->pp; }
+bool CudaModel::ReadsFinishedConcurrently() const { return !impl_->tp && !impl_->pp && impl_->spec_rows == 0; }
 
 Status CudaModel::ReadFinished(std::span<const PageId> pages, std::span<std::byte> page_dst, SlotId slot,
                                std::span<std::byte> state_dst) {
   if (!ReadsFinishedConcurrently())
-    return Status::Unimplemented("cuda model: under tensor parallelism or layer split, sequences are read on the engine thread");
+    return Status::Unimplemented("cuda model: under tensor parallelism, layer split or speculation, sequences are read "
+                                 "on the engine thread");
   if (Status v = ValidatePageCopy(capacity(), pages, page_dst.size()); !v.ok()) return v.WithContext("cuda model");
   if (Status v = ValidateSlotCopy(capacity(), slot, state_dst.size(), 1); !v.ok()) return v.WithContext("cuda model");
   std::vector<Impl::CopyPart> parts;
@@ -1940,7 +2142,26 @@ Status CudaModel::ReadFinished(std::span<const PageId> pages, std::span<std::byt
   return impl_->ReadFinished(parts);
 }
 
-Status CudaModel::Synchronize() { return impl_->stream.Synchronize(); }
+Status CudaModel::Synchronize() {
+  GYRE_RETURN_IF_ERROR(impl_->FlushFolds());
+  return impl_->stream.Synchronize();
+}
+
+Status CudaModel::CommitSpeculative(SlotId slot, int64_t num_accepted) {
+  Impl& m = *impl_;
+  if (m.spec_rows == 0) return ModelRunner::CommitSpeculative(slot, num_accepted);  // Unimplemented
+  if (slot < 0 || slot >= m.opts.max_seqs)
+    return Status::InvalidArgument("cuda model: slot " + std::to_string(slot) + " is outside [0, " +
+                                   std::to_string(m.opts.max_seqs) + ")");
+  const int64_t len = m.spec_len[slot];
+  if (len == 0) return Status::InvalidArgument("cuda model: slot " + std::to_string(slot) + " has no pending speculation");
+  if (num_accepted < 0 || num_accepted > len)
+    return Status::InvalidArgument("cuda model: CommitSpeculative: " + std::to_string(num_accepted) + " accepted of " +
+                                   std::to_string(len) + " speculative tokens");
+  m.spec_len[slot] = 0;
+  if (num_accepted > 0 && !m.spec_ring.empty()) m.folds.emplace_back(slot, static_cast<int32_t>(num_accepted));
+  return Status::Ok();
+}
 void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on && !impl_->tp && !impl_->pp; }
 
 Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
@@ -1953,8 +2174,18 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   for (const StepPiece& p : batch) {
     if (p.embeds) return Status::Unimplemented("cuda model: image inputs (prompt embeddings) run on the CPU backend only");
   }
-  // Order: decode rows (history, one token) first, then prefill pieces.
-  auto is_decode = [](const StepPiece& p) { return p.start > 0 && p.ids.size() == 1; };
+  // Order: decode rows (history, one token) first, then speculative pieces, then prefill pieces.
+  auto is_decode = [](const StepPiece& p) { return p.start > 0 && p.ids.size() == 1 && !p.speculative; };
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StepPiece& in = batch[i];
+    if (m.spec_rows > 0 && in.start != 0 && m.spec_len[in.slot] > 0)
+      return Status::InvalidArgument("cuda model: piece " + std::to_string(i) + ": slot " + std::to_string(in.slot) +
+                                     " has a speculation not committed yet");
+    if (in.speculative && static_cast<int64_t>(in.ids.size()) > m.spec_rows)
+      return Status::InvalidArgument("cuda model: piece " + std::to_string(i) + ": a speculative piece of " +
+                                     std::to_string(in.ids.size()) + " tokens exceeds 1 + speculative_tokens (" +
+                                     std::to_string(m.spec_rows) + ")");
+  }
   std::vector<size_t> order;
   int64_t total = 0, max_ctx = 1;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -1971,11 +2202,16 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     if (is_decode(batch[i])) order.push_back(i);
   const int64_t bd = static_cast<int64_t>(order.size());
   for (size_t i = 0; i < batch.size(); ++i)
-    if (!is_decode(batch[i])) order.push_back(i);
+    if (batch[i].speculative) order.push_back(i);
+  const int64_t bs = static_cast<int64_t>(order.size()) - bd;
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (!is_decode(batch[i]) && !batch[i].speculative) order.push_back(i);
   const int sidx = m.next_staging;
   Impl::Staging& sg = m.staging[sidx];
   sg.step = m.launched;
   GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.ev_begin[sg.step % 4], m.s()));
+  // Committed speculations fold first (a new sequence below may take a slot that just folded).
+  GYRE_RETURN_IF_ERROR(m.FlushFolds());
   // New sequences: zero their slots' KDA state (conv tail + recurrent).
   for (const StepPiece& in : batch) {
     if (in.start != 0) continue;
@@ -2029,6 +2265,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   d.n = total;
   d.b = static_cast<int64_t>(batch.size());
   d.bd = bd;
+  d.bs = bs;
   const int64_t ctx_bucket = std::min(std::max<int64_t>(NextPow2(max_ctx), pt), m.ctx_cap);
   const int64_t max_pages = ctx_bucket / pt;
   if (d.b * max_pages > m.bt_cap) return Status::Internal("cuda model: block table capacity exceeded");
@@ -2050,11 +2287,13 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     d.cu.push_back(t);
     hb[m.o_cu + bi] = static_cast<int32_t>(d.cu[bi]);
     hb[m.o_slots + bi] = in.slot;
+    hb[m.o_keep + bi] = in.speculative ? 1 : 0;
+    hb[m.o_tslots + bi] = in.speculative ? -1 : in.slot;
     d.slots.push_back(in.slot);
     for (int64_t p = 0; p < max_pages; ++p)
       hb[m.o_bt + bi * max_pages + p] = p < static_cast<int64_t>(in.pages.size()) ? in.pages[p] : 0;
     row_of_input[order[bi]] = r;
-    const int64_t first = in.all_logits ? d.cu[bi] : t - 1;
+    const int64_t first = in.all_logits || in.speculative ? d.cu[bi] : t - 1;  // speculative: greedy rows
     nrows_of_input[order[bi]] = t - first;
     for (int64_t q = first; q < t; ++q) {
       cuda::SampleParamsDev sp;  // greedy unless this is the sampled (last) row
@@ -2075,7 +2314,8 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
         hm[r] = num_masks++;
         d.masked = true;
       }
-      hb[m.o_rslot + r] = q == t - 1 && in.sample.enabled ? in.slot : -1;
+      // (a speculative piece's last sample is not the slot's next token until its commit says so)
+      hb[m.o_rslot + r] = q == t - 1 && in.sample.enabled && !in.speculative ? in.slot : -1;
       cuda::PenaltyRowDev pr;
       if (q == t - 1 && processes(in)) {
         const SampleSpec& sp = in.sample;
@@ -2176,10 +2416,12 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   sg.row_of_input = std::move(row_of_input);
   sg.nrows_of_input = std::move(nrows_of_input);
   sg.sampled.assign(batch.size(), 0);
+  sg.spec.assign(batch.size(), 0);
   sg.top_logprobs.assign(batch.size(), 0);
   sg.want_logprobs = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     sg.sampled[i] = batch[i].sample.enabled;
+    sg.spec[i] = batch[i].speculative;
     sg.top_logprobs[i] = batch[i].sample.enabled ? batch[i].sample.top_logprobs : 0;
     sg.want_logprobs |= batch[i].sample.enabled;
   }
@@ -2225,6 +2467,12 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   };
   m.profiling = !m.events.empty() && !use_graph;
   GYRE_RETURN_IF_ERROR(run());
+  if (m.spec_rows > 0) {
+    for (const StepPiece& in : batch) {
+      if (in.start == 0) m.spec_len[in.slot] = 0;  // a new sequence drops an uncommitted speculation
+      if (in.speculative) m.spec_len[in.slot] = static_cast<int64_t>(in.ids.size());
+    }
+  }
   m.outstanding.push_back(sidx);
   m.next_staging ^= 1;
   m.launched++;
@@ -2294,6 +2542,10 @@ Status CudaModel::Collect(std::vector<SampledToken>* out, std::vector<float>* lo
       SampledToken& tk = (*out)[i];
       tk.id = sg.ids[row];
       tk.logprob = sg.lps[row];
+      if (sg.spec[i]) {  // greedy (id, logprob) after every token of the piece
+        for (int64_t r = sg.row_of_input[i]; r <= row; ++r) tk.rows.emplace_back(sg.ids[r], sg.lps[r]);
+        continue;
+      }
       if (sg.top_logprobs[i] > 0) {
         std::span<const float> lrow;
         if (sg.want_logits) {

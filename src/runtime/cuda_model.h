@@ -99,6 +99,11 @@ struct CudaModelOptions {
   // every layer fp32. Otherwise one entry per layer of the config (KDA entries ignored). The page
   // pool's bytes per token, the gpu_memory_utilization sizing and the transfer images follow it.
   KvCachePolicy kv_cache;
+  // > 0: speculative decoding with ReplaySSM (model_runner.h; docs/engine.md "Speculative
+  // decoding"): pieces of up to 1 + speculative_tokens tokens may be speculative. Reserves, per KDA
+  // layer and slot, a ring of that many tokens' KDA inputs (pre-conv inputs, gates, betas:
+  // CudaModelStats::spec_bytes). 0: capacity().speculative is false. Not under TP or layer split.
+  int64_t speculative_tokens = 0;
   CudaTpOptions tp;                  // tensor parallelism (default: none)
   CudaPpOptions pp;                  // layer split (default: none); not together with tp
 };
@@ -106,6 +111,9 @@ struct CudaModelOptions {
 struct CudaModelStats {
   int64_t weight_bytes = 0, kv_bytes = 0, state_bytes = 0, scratch_bytes = 0;
   int64_t reserved_bytes = 0;  // kept out of the pool (reserve_bytes, or reserve_fraction's share)
+  int64_t spec_bytes = 0;      // ReplaySSM rings (speculative_tokens > 0)
+  int64_t spec_folds = 0;      // commits folded on the device (tokens > 0), and their launches' batches
+  int64_t spec_fold_batches = 0;
   int64_t graphs = 0, graph_replays = 0;
   // With profile_layers: milliseconds of the last eager step: embedding, each layer, head.
   double embed_ms = 0, head_ms = 0;
@@ -168,10 +176,20 @@ class CudaModel final : public ModelRunner {
   Status WriteSlotState(SlotId slot, std::span<const std::byte> src, int64_t num_tokens) override;
   // Off the step stream: its own non-blocking stream and a pinned bounce buffer (lazily made,
   // guarded by a mutex), so a transfer thread reads an exported sequence while steps run. Not
-  // under tensor parallelism or layer split (a rank holds part of each page).
+  // under tensor parallelism or layer split (a rank holds part of each page), nor with
+  // speculation (a commit's fold is device work on the step stream that such a read would not
+  // wait for).
   bool ReadsFinishedConcurrently() const override;
   Status ReadFinished(std::span<const PageId> pages, std::span<std::byte> page_dst, SlotId slot,
                       std::span<std::byte> state_dst) override;
+  // ReplaySSM (speculative_tokens > 0). A speculative piece runs with the decode rows: the conv
+  // reads its tail without updating it, the recurrent kernel reads its state without writing it
+  // back (outputs of every token as decoding gives them), and its pre-conv inputs, gates and betas
+  // go to the slot's ring. CommitSpeculative queues (slot, n); the queued folds run as one batch
+  // per KDA layer (ring rows → conv with tail update → recurrent state update, the kernels of
+  // decoding) on the step stream before the next step or state operation (SaveState, RestoreState,
+  // Read/WriteSlotState, Synchronize).
+  Status CommitSpeculative(SlotId slot, int64_t num_accepted) override;
 
   // Blocks until the GPU is idle (for timing).
   Status Synchronize();

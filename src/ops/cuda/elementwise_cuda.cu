@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kThreads) ConvOutVec4Kernel(const __grid_const
 __global__ void __launch_bounds__(kThreads) ConvTailKernel(const __grid_constant__ ConvParams p) {
   const int64_t C = p.channels, hist = p.width - 1;
   for (int64_t b = blockIdx.y; b < p.num_seqs; b += gridDim.y) {
-    const int32_t slot = p.slots[b];
+    const int32_t slot = p.tail_slots ? p.tail_slots[b] : p.slots[b];
     const int64_t start = p.cu_seqlens[b], len = p.cu_seqlens[b + 1] - start;
     if (!SlotValid(slot, p.num_slots) || start < 0 || len < 0 || start + len > p.num_tokens) continue;
     float* tail = p.state + slot * hist * C;

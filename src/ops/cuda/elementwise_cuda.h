@@ -70,6 +70,10 @@ struct ConvParams {
   // of token i goes to parts[c / split][i * split + c % split]; requires channels == 3 · split.
   int64_t split = 0;
   float* parts[3] = {nullptr, nullptr, nullptr};
+  // Optional, device [num_seqs]: the slot whose tail takes sequence b's inputs (phase 2); < 0
+  // leaves the tail as it was (ReplaySSM speculation: outputs from the tail, the tail untouched).
+  // Null: `slots`.
+  const int32_t* tail_slots = nullptr;
 };
 Status CausalConv1dSilu(const ConvParams& p, cudaStream_t stream);
 

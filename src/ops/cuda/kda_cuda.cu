@@ -52,9 +52,9 @@ Status KdaRecurrent(const KdaRecurrentParams& p, cudaStream_t stream, KdaRecurre
   if (p.num_tokens < 1) return Status::InvalidArgument("kda.recurrent: num_tokens must be >= 1");
   if (p.num_heads < 1 || p.num_heads > 65535) return Status::InvalidArgument("kda.recurrent: num_heads out of range");
   if (p.num_slots < 1) return Status::InvalidArgument("kda.recurrent: empty state pool");
-  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.slots || !p.state || !p.o)
+  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.slots || !p.state)
     return Status::InvalidArgument("kda.recurrent: null pointer");
-  if (!Aligned16(p.v) || !Aligned16(p.state) || !Aligned16(p.o))
+  if (!Aligned16(p.v) || !Aligned16(p.state) || (p.o && !Aligned16(p.o)))
     return Status::InvalidArgument("kda.recurrent: v, state and o must be 16-byte aligned");
   if (p.num_seqs == 0) return Status::Ok();
   const int k_pad = KdaPaddedHeadDim(p.head_dim);

@@ -35,12 +35,18 @@ struct KdaRecurrentParams {
   const float* beta = nullptr;    // [B, T, H]
   const int32_t* slots = nullptr; // [B]            state slot per sequence; < 0: padding row (skipped, o = 0)
   float* state = nullptr;         // [num_slots, H, K, V] fp32, updated in place
-  float* o = nullptr;             // [B, T, H, V]   fp32, written
+  float* o = nullptr;             // [B, T, H, V]   fp32, written; null: not written (a state-only fold)
   int num_seqs = 0;               // B
   int num_tokens = 1;             // T tokens per sequence (1 for decode); state stays on chip across them
   int num_heads = 0;              // H
   int head_dim = 0;               // K = V
   int64_t num_slots = 0;          // pool size (slots must be < num_slots; not checked on device)
+  // Optional, device [B + 1]: ragged sequences, sequence b being the rows cu_seqlens[b] ..
+  // cu_seqlens[b+1] of q, k, v, g, β and o (laid out [rows, H, K]); num_tokens is then ignored.
+  const int32_t* cu_seqlens = nullptr;
+  // Optional, device [B]: keep[b] != 0 reads sequence b's state and leaves it as it was (ReplaySSM
+  // speculation: the outputs of every token, the state untouched until the commit folds them).
+  const int32_t* keep = nullptr;
 };
 
 // Tile choice for the recurrent kernel: one block per (V tile of `block_v` columns, sequence, head),

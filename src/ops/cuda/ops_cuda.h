@@ -25,6 +25,14 @@ Status LinearF32OnDevice(const float* x, int64_t n, int64_t in, const float* w, 
 Status KdaOnDevice(bool chunked, const float* q, const float* k, const float* v, const float* g, const float* beta,
                    int64_t t, int64_t h, int64_t dk, float* state, float* o);
 
+// ReplaySSM on the recurrent kernel, one sequence of t >= 0 tokens (shapes as KdaOnDevice):
+// a speculative launch (ragged rows, the state kept) must leave `state` bit for bit as it was,
+// then the fold (the state advanced over the t tokens, no outputs) must equal, bit for bit, the
+// state of a plain launch over the same tokens, and the speculative launch's outputs the plain
+// launch's. Any difference is Internal naming it. state [h, dk, dk] in/out: the folded state.
+Status KdaReplayFoldOnDevice(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                             int64_t t, int64_t h, int64_t dk, float* state);
+
 // Logit processing (penalties_cuda.h ApplyPenaltyRows) of `rows` rows of logits [rows, vocab], in
 // place: row r with rows[r]'s parameters and the counts output_counts / in_prompt [rows, vocab].
 struct PenaltyRowsHost {

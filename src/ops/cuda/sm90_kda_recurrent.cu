@@ -68,11 +68,13 @@ __global__ void __launch_bounds__(kNumThreads) sm90_kda_recurrent(const __grid_c
   const bool col_ok = col < V;
   const int slot = p.slots[b];
   const float4 zero = {0.f, 0.f, 0.f, 0.f};
+  // Rows of this sequence: [first, first + T) (fixed T per sequence, or ragged by cu_seqlens).
+  const int64_t first = p.cu_seqlens ? int64_t(p.cu_seqlens[b]) : int64_t(b) * p.num_tokens;
+  const int T = p.cu_seqlens ? p.cu_seqlens[b + 1] - p.cu_seqlens[b] : p.num_tokens;
 
   if (slot < 0) {  // padding row of a fixed-size (graph-captured) batch: o = 0, no state
-    if (row0 == 0 && col_ok)
-      for (int t = 0; t < p.num_tokens; ++t)
-        *reinterpret_cast<float4*>(p.o + ((int64_t(b) * p.num_tokens + t) * H + h) * V + col) = zero;
+    if (row0 == 0 && col_ok && p.o)
+      for (int t = 0; t < T; ++t) *reinterpret_cast<float4*>(p.o + ((first + t) * H + h) * V + col) = zero;
     return;
   }
   float* state = p.state + (int64_t(slot) * H + h) * K * V;
@@ -86,8 +88,8 @@ __global__ void __launch_bounds__(kNumThreads) sm90_kda_recurrent(const __grid_c
   }
   const float scale = 1.0f / sqrtf(static_cast<float>(K));
 
-  for (int t = 0; t < p.num_tokens; ++t) {
-    const int64_t tok = (int64_t(b) * p.num_tokens + t) * H + h;
+  for (int t = 0; t < T; ++t) {
+    const int64_t tok = (first + t) * H + h;
     // ---- stage q, k, g of this head (zero-padded to kK) ----
     for (int d = tid; d < kK; d += kNumThreads) {
       q_s[d] = d < K ? p.q[tok * K + d] : 0.f;
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(kNumThreads) sm90_kda_recurrent(const __grid_c
 
     // ---- δ, output, rank-1 update ----
     const float4 delta = {beta * (vv.x - u.x), beta * (vv.y - u.y), beta * (vv.z - u.z), beta * (vv.w - u.w)};
-    if (row0 == 0 && col_ok) {
+    if (row0 == 0 && col_ok && p.o) {
       float4 o = w;
       Fma(o, delta, qk_n);
       *reinterpret_cast<float4*>(p.o + tok * V + col) = o;
@@ -155,10 +157,11 @@ __global__ void __launch_bounds__(kNumThreads) sm90_kda_recurrent(const __grid_c
       const float kd = k_s[d] * k_scale;
       Fma(s[i], delta, kd);
     }
-    if (t + 1 < p.num_tokens) __syncthreads();  // q_s, k_s, g_s, red_s are rewritten next token
+    if (t + 1 < T) __syncthreads();  // q_s, k_s, g_s, red_s are rewritten next token
   }
 
-  // ---- epilogue: write the state back in place ----
+  // ---- epilogue: write the state back in place (not for a kept, speculative sequence) ----
+  if (p.keep && p.keep[b]) return;
 #pragma unroll
   for (int i = 0; i < Tile::kRowsPerThread; ++i) {
     const int d = row0 + i * Tile::kRowGroups;
