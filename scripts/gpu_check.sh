@@ -415,6 +415,17 @@ if [[ -n "$GYRE" && -n "$SAN" ]] && has_step sanitizer; then
     echo "   $tool: rc $rc; $summary"
     [[ $rc -eq 9 || $rc -ge 124 || -z "$summary" ]] && status=1
   done
+  # The CUDA model's speculative path (ring stash, ragged recurrent kernel, batched folds) under
+  # memcheck: the runner-level ReplaySSM test on the small fixtures.
+  if [[ -x "$PACK/test_engine" ]]; then
+    echo "-- memcheck test_engine ReplaySSM" >> "$OUT/gpu_sanitizer.log"
+    timeout ${GYRE_SANITIZER_TIMEOUT:-120} "$SAN" --tool memcheck --error-exitcode 9 "$PACK/test_engine" \
+      --gtest_filter='*CommitEqualsPlainRecurrence*tiny_cuda*' >> "$OUT/gpu_sanitizer.log" 2>&1
+    rc=$?
+    summary=$(grep -E 'ERROR SUMMARY' "$OUT/gpu_sanitizer.log" | tail -1)
+    echo "   memcheck (test_engine ReplaySSM): rc $rc; $summary"
+    [[ $rc -ne 0 || -z "$summary" ]] && status=1
+  fi
 fi
 # ---- 5. microbenchmarks of the MLA/DSA, MoE and sampling kernels ----
 for b in mla moe sampling; do
