@@ -205,7 +205,9 @@ class EngineImpl final : public Engine {
     }
     {
       const RequestParams& q = r->params;
-      r->spec = !opts_.speculative.method.empty() && q.sampling.temperature <= 0 && !ops::HasPenalties(q.sampling) &&
+      // Greedy or sampled (rejection sampling in the runner keeps the distribution); logit
+      // processing and alternatives are per-row work the verify rows do not do.
+      r->spec = !opts_.speculative.method.empty() && !ops::HasPenalties(q.sampling) &&
                 q.sampling.min_tokens == 0 && q.logit_bias.empty() && !q.constraint && q.top_logprobs == 0;
     }
     r->imported = std::move(imported);
@@ -814,8 +816,10 @@ class EngineImpl final : public Engine {
         EmitToken(*r, t.id, t.logprob, t.top);
         continue;
       }
-      // A verify piece: the longest prefix of drafts that greedy decoding agrees with, then the
-      // model's own token after it (the bonus); the runner keeps the known token + that prefix.
+      // A verify piece: the longest prefix of drafts the rows accepted (greedy: equal to the
+      // argmax; sampled: accepted by rejection sampling), then the row's own token after it (the
+      // bonus: a residual draw where a draft was rejected); the runner keeps the known token + that
+      // prefix.
       const int64_t k = f.drafts[i];
       int64_t a = 0;
       while (a < k && t.rows[a].first == r->spec_ids[1 + a]) ++a;

@@ -6,10 +6,12 @@
 // accepted (repetitive prompt) and rejected; n-gram lookup; --speculative-config parsing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/test_collector.h"
 #include "engine/ngram_draft.h"
+#include "ops/sampling.h"
 #include "runtime/cpu_runner.h"
 #ifdef GYRE_CUDA
 #include "runtime/cuda_model.h"
@@ -343,13 +346,25 @@ TEST_P(SpecOnFixture, GreedyOutputsEqualPlainDecoding) {
   const RunOut plain = RunAll(*model_, GetParam().backend, Opts(false, true, false), prompts, kMaxTokens, 0.8f);
   EXPECT_EQ(plain.stats.spec_draft_tokens, 0);
   int64_t accepted = 0, rejected = 0;
+  std::map<int64_t, std::vector<int32_t>> sampled_out;
   for (int64_t lookup_min : {2, 1}) {
     for (bool overlap : {true, false}) {
       for (bool cache : {false, true}) {
         EngineOptions eo = Opts(true, overlap, cache);
         eo.speculative.prompt_lookup_min = lookup_min;
         const RunOut spec = RunAll(*model_, GetParam().backend, eo, prompts, kMaxTokens, 0.8f);
-        EXPECT_EQ(spec.outputs, plain.outputs) << "min " << lookup_min << " overlap " << overlap << " cache " << cache;
+        ASSERT_EQ(spec.outputs.size(), prompts.size());
+        // The greedy requests: token-identical to plain decoding.
+        for (size_t q = 0; q + 1 < prompts.size(); ++q)
+          EXPECT_EQ(spec.outputs[q], plain.outputs[q])
+              << "prompt " << q << " min " << lookup_min << " overlap " << overlap << " cache " << cache;
+        // The seeded sampled request speculates too (rejection sampling: the same distribution,
+        // not the same draws as plain sampling): reproducible for its seed and drafts, whatever
+        // the overlap, the cache and the batch around it.
+        std::vector<int32_t>& ref = sampled_out[lookup_min];
+        if (ref.empty()) ref = spec.outputs.back();
+        EXPECT_EQ(spec.outputs.back(), ref) << "sampled, min " << lookup_min << " overlap " << overlap << " cache " << cache;
+        EXPECT_EQ(spec.outputs.back().size(), static_cast<size_t>(kMaxTokens));
         if (lookup_min == 1) {
           EXPECT_GT(spec.stats.spec_verify_pieces, 0);
         }
@@ -372,6 +387,136 @@ TEST_P(SpecOnFixture, GreedyOutputsEqualPlainDecoding) {
     EXPECT_GT(accepted, 0) << "no draft accepted on the repetitive or echo prompt";
   }
   EXPECT_GT(rejected, 0) << "no draft was rejected: the rollback path went untested";
+  // A sampled request alone speculates (its verify rows are drawn by rejection sampling).
+  EngineOptions eo = Opts(true, true, false);
+  eo.speculative.prompt_lookup_min = 1;
+  const RunOut alone = RunAll(*model_, GetParam().backend, eo, {echo}, kMaxTokens, 0.8f);
+  EXPECT_GT(alone.stats.spec_verify_pieces, 0) << "the sampled request did not speculate";
+}
+
+// Pearson chi-square of `counts` against probabilities `prob` (same order) over n draws, cells
+// pooled in order until each expects >= 5; false when it exceeds the p = 1e-4 critical value
+// (Wilson–Hilferty), with the statistic and degrees of freedom in *why.
+bool ChiSquareFits(const std::vector<int64_t>& counts, const std::vector<double>& prob, int64_t n, std::string* why) {
+  double stat = 0, e = 0, o = 0;
+  int cells = 0;
+  for (size_t i = 0; i < prob.size(); ++i) {
+    e += prob[i] * static_cast<double>(n);
+    o += static_cast<double>(counts[i]);
+    if (e >= 5 || i + 1 == prob.size()) {
+      if (e > 0) stat += (o - e) * (o - e) / e;
+      ++cells;
+      e = o = 0;
+    }
+  }
+  const double df = std::max(1, cells - 1), z = 3.719;  // one-sided p = 1e-4
+  const double crit = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
+  *why = "chi2 " + std::to_string(stat) + " df " + std::to_string(static_cast<int>(df)) + " critical " +
+         std::to_string(crit);
+  return stat <= crit;
+}
+
+// Rejection sampling against a deterministic draft keeps the sampler's distribution, for drafts
+// that are likely, unlikely and outside the kept set, and returns the draft as often as its
+// probability says (it is part of that distribution).
+TEST(SpeculativeSampling, KeepsTheDistributionWhateverTheDraft) {
+  const std::vector<float> logits = {2.0f, 1.5f, 1.5f, 0.3f, -0.2f, 3.1f, -4.0f, 0.9f, 0.0f, -1.0f, 2.4f, -9.0f};
+  const int64_t kDraws = 40000;
+  for (const ops::SamplingParams& p :
+       {ops::SamplingParams{0.8f, 0, 1.0f, 0.0f, 3}, ops::SamplingParams{1.3f, 6, 0.9f, 0.0f, 4},
+        ops::SamplingParams{1.0f, 0, 1.0f, 0.1f, 5}}) {
+    const ops::SampleSupport sup = ops::SamplingSupport(logits, p);
+    std::vector<char> kept(logits.size(), 0);
+    for (int32_t id : sup.ids) kept[id] = 1;
+    std::vector<int32_t> drafts = {sup.ids[0], sup.ids[sup.ids.size() / 2], sup.ids.back()};
+    for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i)
+      if (!kept[i]) {
+        drafts.push_back(i);
+        break;
+      }
+    for (int32_t draft : drafts) {
+      std::vector<int64_t> counts(sup.ids.size(), 0);
+      int64_t outside = 0;
+      for (int64_t k = 0; k < kDraws; ++k) {
+        const int32_t id = SampleSpeculativeKeyed(logits, p, static_cast<uint64_t>(k), draft);
+        const auto it = std::find(sup.ids.begin(), sup.ids.end(), id);
+        if (it == sup.ids.end()) ++outside;
+        else ++counts[it - sup.ids.begin()];
+      }
+      std::string why;
+      EXPECT_EQ(outside, 0) << "draft " << draft;
+      EXPECT_TRUE(ChiSquareFits(counts, sup.prob, kDraws, &why)) << "T " << p.temperature << " draft " << draft << ": " << why;
+    }
+  }
+  // The test can fail: accepting every draft is not the distribution.
+  const ops::SamplingParams p{1.0f, 0, 1.0f, 0.0f, 9};
+  const ops::SampleSupport sup = ops::SamplingSupport(logits, p);
+  std::vector<int64_t> counts(sup.ids.size(), 0);
+  for (int64_t k = 0; k < kDraws; ++k) {
+    const int32_t id = k % 2 ? sup.ids[1] : SampleSpeculativeKeyed(logits, p, static_cast<uint64_t>(k), sup.ids[1]);
+    ++counts[std::find(sup.ids.begin(), sup.ids.end(), id) - sup.ids.begin()];
+  }
+  std::string why;
+  EXPECT_FALSE(ChiSquareFits(counts, sup.prob, kDraws, &why)) << why;
+  // Greedy: the argmax, whatever the draft.
+  EXPECT_EQ(SampleSpeculativeKeyed(logits, ops::SamplingParams{}, 0, 3), 5);
+}
+
+// On the runner (CPU, and the device sampler on CUDA): the first row of a sampled verify piece
+// [known, draft] is distributed as plain sampling of that position, over many seeds.
+TEST_P(SpecOnFixture, SampledVerifyRowKeepsTheDistribution) {
+  auto runner = Runner(1);
+  ASSERT_TRUE(runner);
+  const int64_t kP = 9, V = model_->config().vocab_size;
+  const std::vector<int32_t> prompt = Ids(kP, 31), next = Ids(1, 32);
+  std::vector<PageId> pages;
+  for (PageId p = 0; p < 8; ++p) pages.push_back(p);
+  StepPiece pre;
+  pre.slot = 0;
+  pre.pages = pages;
+  pre.ids = prompt;
+  ASSERT_TRUE(runner->Step(std::span<const StepPiece>(&pre, 1), nullptr).ok());
+  // The logits at the known token's position, and the sampler's distribution there.
+  StepPiece one;
+  one.slot = 0;
+  one.pages = pages;
+  one.start = kP;
+  one.ids = next;
+  one.speculative = true;
+  one.sample.enabled = true;
+  std::vector<float> lg;
+  std::vector<SampledToken> out;
+  ASSERT_TRUE(runner->Step(std::span<const StepPiece>(&one, 1), &out, &lg).ok());
+  ASSERT_TRUE(runner->CommitSpeculative(0, 0).ok());
+  ops::SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 8;
+  const ops::SampleSupport sup = ops::SamplingSupport(std::span<const float>(lg.data(), V), sp);
+  ASSERT_GE(sup.ids.size(), 2u);
+  const std::vector<int32_t> piece = {next[0], sup.ids[1]};  // the draft: the second most likely token
+  const int64_t kDraws = Cuda() ? 4000 : 2000;
+  std::vector<int64_t> counts(sup.ids.size(), 0);
+  int64_t outside = 0, drafted = 0;
+  for (int64_t k = 0; k < kDraws; ++k) {
+    StepPiece v = one;
+    v.ids = piece;
+    v.sample.params = sp;
+    v.sample.params.seed = static_cast<uint64_t>(1000 + k);
+    v.sample.offset = static_cast<uint64_t>(k % 7);
+    ASSERT_TRUE(runner->Step(std::span<const StepPiece>(&v, 1), &out).ok());
+    ASSERT_TRUE(runner->CommitSpeculative(0, 0).ok());  // nothing kept: the next draw sees the same state
+    ASSERT_EQ(out[0].rows.size(), 2u);
+    const int32_t id = out[0].rows[0].first;
+    drafted += id == piece[1];
+    const auto it = std::find(sup.ids.begin(), sup.ids.end(), id);
+    if (it == sup.ids.end()) ++outside;
+    else ++counts[it - sup.ids.begin()];
+  }
+  std::string why;
+  EXPECT_EQ(outside, 0);
+  EXPECT_TRUE(ChiSquareFits(counts, sup.prob, kDraws, &why)) << why;
+  std::printf("[ spec ] %s/%s sampled verify row: draft p %.3f, returned %.3f; %s\n", GetParam().fixture.c_str(),
+              GetParam().backend.c_str(), sup.prob[1], double(drafted) / kDraws, why.c_str());
 }
 
 // A runner that commits every speculative token (accepting what verification rejected) must

@@ -205,12 +205,15 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
       r += rows;
       const SampleSpec& sp = pieces[i].sample;
       if (!sp.enabled) continue;
-      if (pieces[i].speculative) {  // greedy after every token (ValidateStep: no logit processing)
+      if (pieces[i].speculative) {  // a token after every row (ValidateStep: no logit processing)
         SampledToken& t = (*out)[i];
         for (int64_t j = r - rows; j < r; ++j) {
           std::span<const float> row(&logits[j * V], V);
           SampledToken one;
-          const int32_t id = SampleKeyed(row, sp.params, sp.offset);
+          // Row j (of the piece) against its draft, the piece's token j + 1 (none after the last).
+          const int64_t jj = j - (r - rows);
+          const int32_t draft = jj + 1 < rows ? pieces[i].ids[jj + 1] : -1;
+          const int32_t id = SampleSpeculativeKeyed(row, sp.params, sp.offset + static_cast<uint64_t>(jj), draft);
           LogProbs(row, id, 0, &one);
           t.rows.emplace_back(id, one.logprob);
         }

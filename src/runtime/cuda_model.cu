@@ -2296,15 +2296,20 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     const int64_t first = in.all_logits || in.speculative ? d.cu[bi] : t - 1;  // speculative: greedy rows
     nrows_of_input[order[bi]] = t - first;
     for (int64_t q = first; q < t; ++q) {
-      cuda::SampleParamsDev sp;  // greedy unless this is the sampled (last) row
-      if (q == t - 1 && in.sample.enabled && in.sample.params.temperature > 0) {
+      // Greedy unless this is the sampled (last) row, or a row of a sampled speculative piece:
+      // row j draws at offset + j against the piece's token j + 1 as its draft (none after the
+      // last), as ops SampleSpeculativeKeyed does.
+      cuda::SampleParamsDev sp;
+      const bool spec_row = in.speculative && in.sample.enabled;
+      if ((q == t - 1 || spec_row) && in.sample.enabled && in.sample.params.temperature > 0) {
         const ops::SamplingParams& g = in.sample.params;
         sp.temperature = g.temperature;
         sp.top_k = static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>(g.top_k, 0), INT32_MAX));
         sp.top_p = g.top_p;
         sp.min_p = g.min_p;
         sp.seed = g.seed;
-        sp.offset = in.sample.offset;
+        sp.offset = in.sample.offset + (spec_row ? static_cast<uint64_t>(q - first) : 0);
+        if (spec_row && q + 1 < t) sp.draft = in.ids[q - first + 1];
         d.sampling = true;
       }
       hp[r] = sp;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 namespace gyre {
 
@@ -87,9 +88,9 @@ Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap
       if (!cap.speculative) return Status::InvalidArgument(where + ": this runner does not run speculative pieces");
       if (prev) return Status::InvalidArgument(where + ": a speculative piece names its tokens (no kPrevToken)");
       const SampleSpec& sp = p.sample;
-      if (sp.enabled && (sp.params.temperature > 0 || ops::HasPenalties(sp.params) || sp.params.min_tokens > 0 ||
-                         !sp.logit_bias.empty() || !sp.allowed.empty() || sp.top_logprobs > 0))
-        return Status::InvalidArgument(where + ": a speculative piece samples greedily only (no temperature, "
+      if (sp.enabled && (ops::HasPenalties(sp.params) || sp.params.min_tokens > 0 || !sp.logit_bias.empty() ||
+                         !sp.allowed.empty() || sp.top_logprobs > 0))
+        return Status::InvalidArgument(where + ": a speculative piece samples without logit processing (no "
                                        "penalties, logit_bias, min_tokens, mask or top_logprobs)");
     }
     auto in_vocab = [&](int32_t id, const char* what) {
@@ -128,6 +129,33 @@ int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p,
   if (p.temperature <= 0.0f) return ops::Argmax(logits);
   ops::Sampler s(SplitMix64(p.seed ^ SplitMix64(offset)));
   return s.Sample(logits, p);
+}
+
+int32_t SampleSpeculativeKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset,
+                               int32_t draft) {
+  if (p.temperature <= 0.0f) return ops::Argmax(logits);
+  if (draft < 0 || static_cast<size_t>(draft) >= logits.size()) return SampleKeyed(logits, p, offset);
+  const ops::SampleSupport d = ops::SamplingSupport(logits, p);
+  double total = 0, pd = 0;
+  for (size_t i = 0; i < d.prob.size(); ++i) {
+    total += d.prob[i];
+    if (d.ids[i] == draft) pd = d.prob[i];
+  }
+  std::mt19937_64 rng(SplitMix64(p.seed ^ SplitMix64(offset) ^ 0x5bd1e9955bd1e995ull));
+  std::uniform_real_distribution<double> u(0.0, total);
+  if (u(rng) < pd) return draft;  // accepted with probability p(draft)
+  // Rejected: the residual max(p − δ_draft, 0), renormalised: p without the draft.
+  std::uniform_real_distribution<double> r(0.0, total - pd);
+  const double x = r(rng);
+  double acc = 0;
+  int32_t last = -1;
+  for (size_t i = 0; i < d.prob.size(); ++i) {
+    if (d.ids[i] == draft) continue;
+    acc += d.prob[i];
+    last = d.ids[i];
+    if (x < acc) return d.ids[i];
+  }
+  return last >= 0 ? last : draft;  // rounding at the end of the mass (or the draft was all of it)
 }
 
 void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> allowed) {

@@ -65,9 +65,11 @@
 //    KDA layers leave the slot's state — conv tails and recurrent states — as it was before the
 //    piece, and keep the tokens' per-token KDA inputs (pre-conv inputs, keys, values, gates,
 //    betas) in a small per-slot ring; attention rows are written as for any piece. When the piece
-//    samples (greedy only: temperature <= 0, no penalties, logit_bias, min_tokens, mask or
-//    top_logprobs; InvalidArgument otherwise) its SampledToken has `rows`: the greedy token and its
-//    logprob after every new token, first to last (id: the last row's). CommitSpeculative(slot, n)
+//    samples (no penalties, logit_bias, min_tokens, mask or top_logprobs; InvalidArgument
+//    otherwise) its SampledToken has `rows`: a token and its logprob after every new token, first
+//    to last (id: the last row's) — greedy, or with temperature > 0 drawn against the next token of
+//    the piece as its draft (SampleSpeculativeKeyed: row j at offset + j; the draft comes back
+//    exactly when accepted, and every row is distributed as plain sampling). CommitSpeculative(slot, n)
 //    must follow before the slot's next piece (InvalidArgument otherwise, unless that piece starts
 //    a new sequence): it advances the KDA state by folding exactly the first n (0..ids.size())
 //    kept inputs with the plain recurrence — no per-draft state copies, bit for bit the state that
@@ -75,8 +77,9 @@
 //    attention rows past it are stale and are overwritten by later pieces (the next piece has
 //    start == start + n), and state derived from them (the CPU model's pooled indexer keys) is
 //    dropped. Ordered like steps, as SaveState. Only runners whose capacity() has `speculative`
-//    accept such pieces (ValidateStep rejects them otherwise): the CPU runner; the CUDA model not
-//    yet (its CommitSpeculative returns Unimplemented, the default).
+//    accept such pieces (ValidateStep rejects them otherwise): the CPU runner, and the CUDA model
+//    built with CudaModelOptions::speculative_tokens (others: CommitSpeculative returns
+//    Unimplemented, the default).
 // Thread safety: a runner is driven by one thread at a time (the engine thread).
 #pragma once
 
@@ -260,6 +263,16 @@ Status ValidateSlotCopy(const RunnerCapacity& cap, SlotId slot, size_t bytes, in
 // One draw from `logits` under `p` keyed by (seed, offset) (the CPU definition: ops::Sampler over
 // the support of ops::SamplingSupport); greedy when temperature <= 0.
 int32_t SampleKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset);
+
+// Speculative sampling against one deterministic draft token (an n-gram draft is a point mass):
+// with p the distribution SampleKeyed draws from, returns `draft` with probability p(draft), else
+// a draw from p restricted to the other tokens (renormalised), so the result is distributed as p
+// whatever the draft (rejection sampling; Leviathan et al. 2023 with q = δ_draft). Keyed by (seed,
+// offset) like SampleKeyed (its own streams). Greedy (temperature <= 0): Argmax. draft < 0 or
+// outside the vocabulary: SampleKeyed. The speculative rows of a verify piece sample with it, row j
+// against the piece's token j + 1, at offset + j (model_runner.h).
+int32_t SampleSpeculativeKeyed(std::span<const float> logits, const ops::SamplingParams& p, uint64_t offset,
+                               int32_t draft);
 
 // Sets logits[i] = −inf for every token i not allowed by `allowed` (SampleSpec::allowed).
 // REQUIRES: allowed.size() == ceil(logits.size() / 32).

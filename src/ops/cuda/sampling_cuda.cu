@@ -64,6 +64,7 @@ struct alignas(16) SmemHeader {
   uint64_t scan[kWarps];
   uint64_t part_max;    // this CTA's packed (key, ~id) maximum
   uint64_t part_total;  // this CTA's kept mass
+  uint64_t part_draft;  // the draft's kept mass when this CTA's slice holds it (else 0)
   Selection sel;
 };
 // The slice's keys follow the header: uint32_t keys[slice].
@@ -446,27 +447,42 @@ __global__ void __launch_bounds__(kThreads, 2) SampleKernel(const __grid_constan
     const float p = tp.P(k);
     return p >= min_p ? __float2ull_rn(p * kMassScale) : 0;
   };
+  // Speculative sampling (SampleParamsDev::draft): the draft's mass m_d is set apart, the draft is
+  // accepted when a first draw in [0, W + m_d) falls below m_d, else the draw below is over the
+  // kept set without the draft (W its mass): the residual of rejection sampling, exact in integers.
+  const int32_t draft = prm.draft >= 0 && prm.draft < V ? prm.draft : -1;
+  auto drawn_mass = [&](int i) -> uint64_t { return row.begin + i == draft ? 0 : kept_mass(i); };
   const int per = (row.n + kThreads - 1) / kThreads;
   const int lo = min(row.n, static_cast<int>(threadIdx.x) * per), hi = min(row.n, lo + per);
   uint64_t mine = 0;
-  for (int i = lo; i < hi; ++i) mine += kept_mass(i);
+  for (int i = lo; i < hi; ++i) mine += drawn_mass(i);
   uint64_t cta_total;
   const uint64_t before = BlockExclusiveSum(mine, sh->scan, &cta_total);
-  if (threadIdx.x == 0) sh->part_total = cta_total;
+  if (threadIdx.x == 0) {
+    sh->part_total = cta_total;
+    sh->part_draft = draft >= row.begin && draft < row.begin + row.n ? kept_mass(draft - row.begin) : 0;
+  }
   row.Sync();
-  uint64_t W = 0, base = 0;
+  uint64_t W = 0, base = 0, m_draft = 0;
   for (int c = 0; c < C; ++c) {
     const uint64_t t = *row.At(&sh->part_total, c);
     if (c < static_cast<int>(rank)) base += t;
     W += t;
+    m_draft += *row.At(&sh->part_draft, c);
   }
-  // W >= 2^44: the row max (lowest id) passes every cut and has p = 1.
+  if (m_draft > 0 && __umul64hi(Philox64(prm.seed ^ 0x5bd1e9955bd1e995ull, prm.offset), W + m_draft) < m_draft) {
+    if (rank == 0 && threadIdx.x == 0) kp.ids[r] = draft;  // accepted
+    row.Sync();
+    return;
+  }
+  // W >= 2^44 without a draft: the row max (lowest id) passes every cut and has p = 1. With one, W
+  // may be 0 only when the draft holds all the mass (then it was accepted above).
   const uint64_t x = __umul64hi(Philox64(prm.seed, prm.offset), W);  // uniform in [0, W)
   if (x >= base && x - base >= before && x - base < before + mine) {
     const uint64_t want = x - base;
     uint64_t acc = before;
     for (int i = lo; i < hi; ++i) {
-      acc += kept_mass(i);
+      acc += drawn_mass(i);
       if (want < acc) {
         kp.ids[r] = row.begin + i;
         break;

@@ -45,8 +45,14 @@ struct SampleParamsDev {
   float min_p = 0.0f;        // in [0, 1]; 0: off
   uint64_t seed = 0;         // Philox key (per request)
   uint64_t offset = 0;       // Philox counter (e.g. the request's decode step)
+  // Speculative sampling (ops: SampleSpeculativeKeyed's function) against this deterministic
+  // draft token: the draft is returned with its probability p(draft) in the kept set (a second
+  // Philox stream, seed ^ a constant), else a draw from the kept set without it, so the result is
+  // distributed as without a draft. < 0 or >= vocab: none. Greedy rows ignore it.
+  int32_t draft = -1;
+  int32_t reserved = 0;
 };
-static_assert(sizeof(SampleParamsDev) == 32, "SampleParamsDev is shared with device code");
+static_assert(sizeof(SampleParamsDev) == 40, "SampleParamsDev is shared with device code");
 
 // Launch shape: a cluster of `cluster_size` CTAs (512 threads each) per row, each CTA holding its
 // slice of the row in shared memory. 0 = pick by heuristic; else 1, 2, 4 or 8 (benches, tests).

@@ -263,6 +263,10 @@ struct DistRow {
   Fit fit;
   double margin = INFINITY;
   int64_t cpu_outside = 0;  // ops::Sampler draws outside the reference set (a reference bug)
+  // Speculative sampling (SampleParamsDev::draft): the draft id (-1: none), its probability in the
+  // reference and the fraction of draws that returned it (the target distribution is unchanged).
+  int32_t draft = -1;
+  double draft_p = 0, draft_frac = 0;
   bool pass() const { return fit.outside == 0 && cpu_outside == 0 && fit.p >= 1e-4; }
   std::string ToJson() const {
     Json j;
@@ -270,7 +274,8 @@ struct DistRow {
     j.Num("top_k", double(params.top_k)).Num("top_p", params.top_p).Num("min_p", params.min_p);
     j.Num("cluster", cluster).Num("kept", double(kept)).Num("chi2", fit.chi2).Num("df", fit.df);
     j.Num("p_value", fit.p).Num("outside_kept_set", double(fit.outside)).Num("cpu_sampler_outside", double(cpu_outside));
-    j.Num("cut_margin", margin).Bool("pass", pass());
+    j.Num("cut_margin", margin).Num("draft", draft).Num("draft_p", draft_p).Num("draft_frac", draft_frac);
+    j.Bool("pass", pass());
     return j.Obj();
   }
 };
@@ -347,7 +352,11 @@ struct DistCase {
   int64_t vocab;
   ops::SamplingParams params;
   int cluster;
+  // Speculative sampling: -1 none; r >= 0 the draft is the r-th most likely kept id (clamped to
+  // the last); kDraftOutside an id outside the kept set (none when every id is kept).
+  int draft_rank = -1;
 };
+constexpr int kDraftOutside = 1 << 20;
 
 std::vector<DistCase> DistributionCases(bool sanitize) {
   std::vector<DistCase> cases;
@@ -362,8 +371,27 @@ std::vector<DistCase> DistributionCases(bool sanitize) {
             cases.push_back({"halves", v, p, clusters[idx % 4]});
             ++idx;
           }
+  // Speculative sampling against a draft (the distribution must stay the reference's): the most
+  // likely id, a middle one, the least likely kept one, one outside the kept set.
+  {
+    std::vector<DistCase> spec;
+    const int picks[] = {4, 37, 95, 130, 160};
+    for (int i = 0; i < 5; ++i)
+      for (int rank : {0, 2, 1000, kDraftOutside}) {
+        DistCase d = cases[picks[i]];
+        d.draft_rank = rank;
+        d.params.seed += 7 * static_cast<uint64_t>(rank % 97 + 1);
+        spec.push_back(d);
+      }
+    if (sanitize) {
+      cases.push_back(spec[1]);
+      cases.push_back(spec[6]);
+    } else {
+      cases.insert(cases.end(), spec.begin(), spec.end());
+    }
+  }
   if (sanitize) {
-    std::vector<DistCase> few = {cases[5], cases[60], cases[125]};
+    std::vector<DistCase> few = {cases[5], cases[60], cases[125], cases[cases.size() - 2], cases.back()};
     few.push_back({"flat", 4096, {1.0f, 3000, 0.45f, 0.0f, 7}, 8});
     return few;
   }
@@ -393,6 +421,19 @@ std::vector<float> CaseLogits(const DistCase& c, uint64_t seed) {
 Status CheckDistribution(const DistCase& c, int64_t draws, std::vector<DistRow>* out, cudaStream_t s) {
   const std::vector<float> x = CaseLogits(c, c.params.seed * 7919 + uint64_t(c.vocab));
   const RefDist ref = Reference(x, c.params);
+  int32_t draft = -1;
+  double draft_p = 0;
+  if (c.draft_rank >= 0 && c.draft_rank < kDraftOutside && !ref.ids.empty()) {
+    // ref.ids is in sorted order (logit descending): rank r is the r-th most likely.
+    const size_t r = std::min<size_t>(static_cast<size_t>(c.draft_rank), ref.ids.size() - 1);
+    draft = ref.ids[r];
+    draft_p = ref.prob[r];
+  } else if (c.draft_rank == kDraftOutside) {
+    std::vector<char> kept(c.vocab, 0);
+    for (int32_t id : ref.ids) kept[id] = 1;
+    for (int64_t i = c.vocab - 1; i >= 0 && draft < 0; --i)
+      if (!kept[i]) draft = static_cast<int32_t>(i);
+  }
   // Draws go in batches of the same row, each with its own offset.
   const int64_t batch = std::min<int64_t>(draws, std::max<int64_t>(1, (int64_t(1) << 28) / c.vocab));
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer row, Upload(x));
@@ -403,7 +444,9 @@ Status CheckDistribution(const DistCase& c, int64_t draws, std::vector<DistRow>*
   std::vector<int32_t> samples;
   for (int64_t done = 0; done < draws; done += batch) {
     const int64_t n = std::min(batch, draws - done);
-    GYRE_ASSIGN_OR_RETURN(DeviceBuffer dp, Upload(SameParams(n, c.params, uint64_t(done))));
+    std::vector<SampleParamsDev> prm = SameParams(n, c.params, uint64_t(done));
+    for (SampleParamsDev& q : prm) q.draft = draft;
+    GYRE_ASSIGN_OR_RETURN(DeviceBuffer dp, Upload(prm));
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(di.get(), 0xFF, n * 4, s));
     GYRE_RETURN_IF_ERROR(
         SampleRows(dl.get<float>(), n, c.vocab, dp.get<SampleParamsDev>(), di.get<int32_t>(), s, {c.cluster}));
@@ -419,6 +462,10 @@ Status CheckDistribution(const DistCase& c, int64_t draws, std::vector<DistRow>*
   row_out.kept = static_cast<int64_t>(ref.ids.size());
   row_out.margin = ref.margin;
   row_out.fit = ChiSquare(ref, samples, c.vocab);
+  row_out.draft = draft;
+  row_out.draft_p = draft_p;
+  if (draft >= 0)
+    row_out.draft_frac = static_cast<double>(std::count(samples.begin(), samples.end(), draft)) / double(samples.size());
   // The reference must be the set ops::Sampler really draws from.
   std::vector<char> in(c.vocab, 0);
   for (int32_t id : ref.ids) in[id] = 1;
@@ -426,9 +473,10 @@ Status CheckDistribution(const DistCase& c, int64_t draws, std::vector<DistRow>*
   const int cpu_draws = c.vocab > 10000 ? 20 : 200;
   for (int i = 0; i < cpu_draws; ++i) row_out.cpu_outside += !in[cpu.Sample(x, c.params)];
   char name[160];
-  std::snprintf(name, sizeof name, "%s V=%lld T=%g k=%lld p=%g min_p=%g", c.logits.c_str(),
+  std::snprintf(name, sizeof name, "%s V=%lld T=%g k=%lld p=%g min_p=%g%s", c.logits.c_str(),
                 static_cast<long long>(c.vocab), c.params.temperature, static_cast<long long>(c.params.top_k),
-                c.params.top_p, c.params.min_p);
+                c.params.top_p, c.params.min_p,
+                c.draft_rank < 0 ? "" : (" draft=" + std::to_string(draft)).c_str());
   row_out.name = name;
   out->push_back(row_out);
   return Status::Ok();
