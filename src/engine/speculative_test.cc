@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <ostream>
 #include <random>
 #include <thread>
 
@@ -100,6 +101,8 @@ TEST(SpeculativeConfig, ParsesVllmJsonAndRefusesTheRest) {
 struct SpecCase {
   std::string fixture, backend;
 };
+
+void PrintTo(const SpecCase& c, std::ostream* os) { *os << c.fixture << "/" << c.backend; }
 
 std::vector<SpecCase> SpecCases() {
   std::vector<SpecCase> c;

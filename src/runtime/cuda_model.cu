@@ -1362,8 +1362,7 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, ctx_cap), 16)));
     *sb += mla_ws.bytes();
     if (any_idx) {
-      GYRE_RETURN_IF_ERROR(Sec("dsa.select"));
-    cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
+      cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
       sel_cap = cuda::IndexerSelCap(id);
       GYRE_ASSIGN_OR_RETURN(qi, AllocN<float>(N * Hi * di, sb));
       GYRE_ASSIGN_OR_RETURN(ki_raw, AllocN<float>(N * di, sb));
