@@ -121,6 +121,15 @@ MUTATIONS = [
         [B + "/test_ops --gtest_filter=Sampling*"],
         "top-p keeps one token too many when a prefix's mass equals p exactly"),
     Mutation(
+        "spec_sampling_residual_keeps_draft", CMP, "src/runtime/model_runner.cc",
+        "    if (d.ids[i] == draft) continue;\n    acc += d.prob[i];",
+        "    acc += d.prob[i];",
+        ["test_engine"],
+        [B + "/test_engine --gtest_filter=SpeculativeSampling.*",
+         B + "/test_engine --gtest_filter=*SampledVerifyRow*"],
+        "speculative sampling: a rejected draft can be drawn again from the residual (it gets p(d) + "
+        "(1 - p(d)) p(d) instead of p(d))"),
+    Mutation(
         "min_tokens_off_by_one", OFF1, "src/ops/penalties.cc",
         "  if (num_generated < p.min_tokens) {",
         "  if (num_generated <= p.min_tokens) {",
