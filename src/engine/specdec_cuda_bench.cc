@@ -253,6 +253,12 @@ int Run(const Args& a) {
     } else {
       row["step"] = *cost;
     }
+    {  // warm-up: graph captures and workspaces of these batch sizes, untimed
+      Args w = a;
+      w.max_tokens = 16;
+      (void)Serve(**m, w, B, false);
+      (void)Serve(**m, w, B, true);
+    }
     ServeRun plain = Serve(**m, a, B, false), spec = Serve(**m, a, B, true);
     if (!plain.status.ok() || !spec.status.ok()) {
       std::fprintf(stderr, "batch %lld serve: %s / %s\n", static_cast<long long>(B), plain.status.ToString().c_str(),
@@ -261,6 +267,19 @@ int Run(const Args& a) {
     }
     const bool same = plain.outputs == spec.outputs;
     identical = identical && same;
+    // Where they part: requests that differ and the first differing position of the first one.
+    int64_t differ = 0, first_req = -1, first_pos = -1;
+    for (size_t q = 0; q < plain.outputs.size() && q < spec.outputs.size(); ++q) {
+      if (plain.outputs[q] == spec.outputs[q]) continue;
+      ++differ;
+      if (first_req >= 0) continue;
+      first_req = static_cast<int64_t>(q);
+      const auto& x = plain.outputs[q];
+      const auto& y = spec.outputs[q];
+      size_t j = 0;
+      while (j < x.size() && j < y.size() && x[j] == y[j]) ++j;
+      first_pos = static_cast<int64_t>(j);
+    }
     const EngineStats& s = spec.stats;
     row["serve"] = {{"plain_tok_s", plain.wall_s > 0 ? plain.tokens / plain.wall_s : 0.0},
                     {"ngram_tok_s", spec.wall_s > 0 ? spec.tokens / spec.wall_s : 0.0},
@@ -274,6 +293,9 @@ int Run(const Args& a) {
                     {"mean_accepted_per_verify",
                      s.spec_verify_pieces > 0 ? double(s.spec_accepted_tokens) / double(s.spec_verify_pieces) : 0.0},
                     {"outputs_identical", same},
+                    {"requests_differing", differ},
+                    {"first_differing_request", first_req},
+                    {"first_differing_position", first_pos},
                     {"tokens", spec.tokens}};
     row["folds"] = (*m)->stats().spec_folds;
     row["fold_batches"] = (*m)->stats().spec_fold_batches;
