@@ -10,7 +10,8 @@
 # (they drive the sanitized binary), except three numerics-parity tests on the trained fixture
 # whose code paths the same suites cover on smaller fixtures under ASan: TextEval's agreement with
 # transformers, the trained model's long prompt across chunks, and speculative greedy decoding on
-# glm5_mini (130 s, 79 s and 69 s under ASan on 2 cores, 10x their plain time; 12-05 CI run). They
+# glm5_mini (130 s, 79 s and 69 s under ASan on 2 cores, 10x their plain time; 12-05 CI run), and
+# the sampled-verify-row chi-square on glm5_mini (29 s under ASan here; the tiny fixtures run). They
 # run in the plain suite. Idempotent; prints the build and
 # test times. Runs in CI (.ci/run) after the fuzz stage: 395 s build + 91 s tests from clean.
 set -euo pipefail
