@@ -2292,7 +2292,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     for (int64_t p = 0; p < max_pages; ++p)
       hb[m.o_bt + bi * max_pages + p] = p < static_cast<int64_t>(in.pages.size()) ? in.pages[p] : 0;
     row_of_input[order[bi]] = r;
-    const int64_t first = in.all_logits || in.speculative ? d.cu[bi] : t - 1;  // speculative: greedy rows
+    const int64_t first = in.all_logits || in.speculative ? d.cu[bi] : t - 1;  // speculative: every row samples
     nrows_of_input[order[bi]] = t - first;
     for (int64_t q = first; q < t; ++q) {
       // Greedy unless this is the sampled (last) row, or a row of a sampled speculative piece:
@@ -2546,7 +2546,7 @@ Status CudaModel::Collect(std::vector<SampledToken>* out, std::vector<float>* lo
       SampledToken& tk = (*out)[i];
       tk.id = sg.ids[row];
       tk.logprob = sg.lps[row];
-      if (sg.spec[i]) {  // greedy (id, logprob) after every token of the piece
+      if (sg.spec[i]) {  // (id, logprob) after every token of the piece (greedy or against its draft)
         for (int64_t r = sg.row_of_input[i]; r <= row; ++r) tk.rows.emplace_back(sg.ids[r], sg.lps[r]);
         continue;
       }

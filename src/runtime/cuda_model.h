@@ -151,10 +151,10 @@ class CudaModel final : public ModelRunner {
   std::string backend() const override { return "cuda"; }
   CudaModelStats stats() const;
 
-  // One step (ModelRunner::Launch / Collect). Decode rows (start > 0, one token) run the recurrent KDA kernel,
-  // other pieces the chunked kernels. Errors: InvalidArgument (empty piece, id outside the
-  // vocabulary, too many tokens or pieces, a slot twice, a page outside the pool, a block table
-  // too short), Internal (CUDA).
+  // One step (ModelRunner::Launch / Collect). Decode rows (start > 0, one token) and speculative
+  // pieces run the recurrent KDA kernel, other pieces the chunked kernels. Errors: InvalidArgument
+  // (empty piece, id outside the vocabulary, too many tokens or pieces, a slot twice, a page
+  // outside the pool, a block table too short), Internal (CUDA).
   // Launch enqueues the step on the model's stream with pinned, double-buffered staging and
   // returns; Collect waits for the step's end event. kPrevToken inputs are resolved on the device.
   Status Launch(std::span<const StepPiece> pieces, bool want_logits = false) override;
