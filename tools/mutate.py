@@ -130,6 +130,22 @@ MUTATIONS = [
         "speculative sampling: a rejected draft can be drawn again from the residual (it gets p(d) + "
         "(1 - p(d)) p(d) instead of p(d))"),
     Mutation(
+        "mtp_first_row_own_hidden", OFF1, "src/runtime/cpu_runner.cc",
+        "      const float* src = q - 1 < P ? &mtp_hidden_[p.slot * D] : &hidden[(q - 1 - P) * D];",
+        "      const float* src = &hidden[std::max<int64_t>(q - 1 - P, 0) * D];",
+        ["test_runtime"],
+        [B + "/test_runtime --gtest_filter=*MtpSteps*"],
+        "MTP drafts: a piece's first MTP row pairs its token with its own hidden state instead of the "
+        "previous piece's last one (the slot's hand-off)"),
+    Mutation(
+        "mtp_commit_first_row_hidden", OFF1, "src/runtime/cpu_runner.cc",
+        "      std::copy_n(&h[(num_accepted - 1) * D], D, &mtp_hidden_[slot * D]);",
+        "      std::copy_n(&h[0], D, &mtp_hidden_[slot * D]);",
+        ["test_runtime"],
+        [B + "/test_runtime --gtest_filter=*MtpSteps*"],
+        "MTP drafts: a commit keeps the hidden state of the verify piece's first row, not of its last "
+        "accepted one"),
+    Mutation(
         "min_tokens_off_by_one", OFF1, "src/ops/penalties.cc",
         "  if (num_generated < p.min_tokens) {",
         "  if (num_generated <= p.min_tokens) {",

@@ -93,7 +93,7 @@ struct ServeArgs {
   bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
   std::string prefix_cache_checkpoint_bytes = "auto";
   int64_t prefix_cache_checkpoint_interval = EngineOptions{}.prefix_cache_checkpoint_interval_blocks;
-  std::string speculative_config;  // vLLM's JSON (ngram only)
+  std::string speculative_config;  // vLLM's JSON (ngram; mtp on the CPU backend)
   bool disable_log_requests = false;
   std::string log_level = "info", log_format = "text";
   // HTTP hardening knobs (serve::ServerOptions / HttpServerOptions).
@@ -733,7 +733,9 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
       ->capture_default_str();
   s->add_option("--speculative-config", args->speculative_config,
                 "vLLM's flag: speculative decoding as JSON, e.g. {\"method\":\"ngram\",\"num_speculative_tokens\":3,"
-                "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}; greedy requests only, cpu backend only");
+                "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}, or {\"method\":\"mtp\",\"num_speculative_tokens\":1} "
+                "(the checkpoint's MTP layer; cpu backend for now); requests without penalties, logit_bias, "
+                "min_tokens, structured output or top_logprobs speculate, greedy or sampled");
   s->add_flag("--disable-log-requests", args->disable_log_requests,
               "vLLM's flag: no access log (one line per request on stderr)");
   s->add_option("--log-level", args->log_level,

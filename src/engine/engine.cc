@@ -73,6 +73,7 @@ struct Request {
   bool spec = false;
   std::vector<int32_t> spec_ids;
   std::unique_ptr<NgramIndex> ngram;  // its n-gram drafter (made at its first speculative step)
+  std::vector<int32_t> mtp_drafts;    // method "mtp": the runner's drafts after its latest token
   // SubmitImported: the prefilled cache to write at admission (then null: a recompute after
   // preemption prefills prompt + generated tokens as usual).
   std::unique_ptr<ImportedSequence> imported;
@@ -526,13 +527,23 @@ class EngineImpl final : public Engine {
       p->sample.stop_ids = r->min_stop_ids;
       p->num_prompt = r->num_prompt;
       if (r->params.prompt_embeds && !prev && p->start < r->num_prompt) p->embeds = r->params.prompt_embeds.get();
-      // A decode position of a speculating request: verify n-gram drafts after its known token.
+      // MTP drafts: every piece of a speculating request runs the MTP layer (its cache stays
+      // whole) and drafts after the token it samples.
+      const SpeculativeOptions& so = opts_.speculative;
+      const bool mtp = so.method == "mtp";
+      if (mtp && r->spec) p->mtp = static_cast<int32_t>(so.num_speculative_tokens);
+      // A decode position of a speculating request: verify drafts after its known token (n-gram
+      // lookup, or the MTP drafts of its previous step).
       if (r->spec && !admitting && !prev && n == 1 && known == r->num_scheduled + 1 && r->num_generated() >= 1) {
-        const SpeculativeOptions& so = opts_.speculative;
         const int64_t k = std::min({so.num_speculative_tokens, r->params.max_tokens - r->num_generated() - 1, budget - 1});
         std::vector<int32_t> drafts;
-        if (!r->ngram) r->ngram = std::make_unique<NgramIndex>(so.prompt_lookup_min, so.prompt_lookup_max);
-        if (r->ngram->Draft(r->tokens, k, &drafts)) {
+        if (mtp) {
+          drafts.assign(r->mtp_drafts.begin(), r->mtp_drafts.begin() + std::clamp<int64_t>(k, 0, r->mtp_drafts.size()));
+        } else if (k >= 1) {
+          if (!r->ngram) r->ngram = std::make_unique<NgramIndex>(so.prompt_lookup_min, so.prompt_lookup_max);
+          r->ngram->Draft(r->tokens, k, &drafts);
+        }
+        if (!drafts.empty()) {
           r->spec_ids.assign(1, r->tokens.back());
           r->spec_ids.insert(r->spec_ids.end(), drafts.begin(), drafts.end());
           p->ids = r->spec_ids;
@@ -812,6 +823,7 @@ class EngineImpl final : public Engine {
       if (!r || finish_reason_.count(r->id)) continue;  // finished, cancelled or preempted since
       const SampledToken& t = sampled[i];
       --r->pending;
+      r->mtp_drafts = t.drafts;
       if (f.drafts[i] == 0) {
         EmitToken(*r, t.id, t.logprob, t.top);
         continue;
@@ -968,8 +980,8 @@ Status ValidateOptions(const EngineOptions& o) {
     return Status::InvalidArgument("prefix_cache_checkpoint_interval_blocks must be >= 0");
   const SpeculativeOptions& sp = o.speculative;
   if (!sp.method.empty()) {
-    if (sp.method != "ngram")
-      return Status::InvalidArgument("speculative method \"" + sp.method + "\" is not supported (only \"ngram\")");
+    if (sp.method != "ngram" && sp.method != "mtp")
+      return Status::InvalidArgument("speculative method \"" + sp.method + "\" is not supported (\"ngram\" or \"mtp\")");
     if (sp.num_speculative_tokens < 1 || sp.num_speculative_tokens > 16)
       return Status::InvalidArgument("num_speculative_tokens must be in [1, 16]");
     if (sp.prompt_lookup_min < 1 || sp.prompt_lookup_max < sp.prompt_lookup_min)
@@ -987,6 +999,14 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
     return Status::InvalidArgument("speculative decoding is not available on this " + runner.backend() +
                                    " runner (the CUDA model runs it when built with speculative_tokens, not under "
                                    "tensor parallelism or layer split)");
+  if (o.speculative.method == "mtp" && cap.mtp_drafts < o.speculative.num_speculative_tokens)
+    return Status::InvalidArgument(
+        cap.mtp_drafts > 0 ? "this " + runner.backend() + " runner drafts at most " + std::to_string(cap.mtp_drafts) +
+                                 " MTP tokens, num_speculative_tokens is " +
+                                 std::to_string(o.speculative.num_speculative_tokens)
+                           : "MTP drafts are not available on this " + runner.backend() +
+                                 " runner (the CPU runner runs them for a model with an MTP layer; the CUDA model "
+                                 "does not yet: use \"ngram\" there)");
   const bool paged = cap.bytes_per_page > 0;
   int64_t max_len = 1 << 20;
   if (paged) {
@@ -1034,6 +1054,7 @@ Result<SpeculativeOptions> ParseSpeculativeConfig(const std::string& text) {
     if (key == "method") {
       if (!it->is_string()) return Status::InvalidArgument("--speculative-config: method must be a string");
       o.method = it->get<std::string>();
+      if (o.method == "deepseek_mtp") o.method = "mtp";  // vLLM's older name for the same drafts
     } else if (key == "num_speculative_tokens" || key == "prompt_lookup_max" || key == "prompt_lookup_min") {
       if (!it->is_number_integer()) return Status::InvalidArgument("--speculative-config: " + key + " must be an integer");
       const int64_t v = it->get<int64_t>();
@@ -1044,9 +1065,14 @@ Result<SpeculativeOptions> ParseSpeculativeConfig(const std::string& text) {
       return Status::InvalidArgument("--speculative-config: unknown field \"" + key + "\"");
     }
   }
-  if (o.method.empty()) return Status::InvalidArgument("--speculative-config: method is required (\"ngram\")");
-  if (o.method != "ngram")
-    return Status::InvalidArgument("--speculative-config: method \"" + o.method + "\" is not supported (only \"ngram\")");
+  if (o.method.empty()) return Status::InvalidArgument("--speculative-config: method is required (\"ngram\" or \"mtp\")");
+  if (o.method != "ngram" && o.method != "mtp")
+    return Status::InvalidArgument("--speculative-config: method \"" + o.method +
+                                   "\" is not supported (\"ngram\" or \"mtp\")");
+  if (o.method == "mtp")
+    for (const char* f : {"prompt_lookup_max", "prompt_lookup_min"})
+      if (j.contains(f))
+        return Status::InvalidArgument(std::string("--speculative-config: ") + f + " is an n-gram field (method \"mtp\")");
   if (j.contains("prompt_lookup_max") && !j.contains("prompt_lookup_min")) o.prompt_lookup_min = std::min<int64_t>(o.prompt_lookup_min, o.prompt_lookup_max);
   if (j.contains("prompt_lookup_min") && !j.contains("prompt_lookup_max")) o.prompt_lookup_max = std::max(o.prompt_lookup_max, o.prompt_lookup_min);
   return o;
@@ -1061,7 +1087,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   CpuRunnerOptions ro;
   ro.page_tokens = o.kv_page_tokens;
   ro.num_slots = o.max_num_seqs;
-  ro.num_pages = CpuRunner::PagesForBytes(model.config(), o.kv_page_tokens, o.kv_memory_bytes);
+  const bool mtp = o.speculative.method == "mtp";
+  if (mtp && !model.has_mtp())
+    return Status::InvalidArgument("speculative method \"mtp\" needs a checkpoint with an MTP layer "
+                                   "(num_nextn_predict_layers = 1); this one has none");
+  ro.mtp_drafts = mtp ? o.speculative.num_speculative_tokens : 0;
+  ro.num_pages = CpuRunner::PagesForBytes(model.config(), o.kv_page_tokens, o.kv_memory_bytes, mtp);
   if (AttnRowLayout(model.config()).row_floats > 0 && ro.num_pages < 1) {
     return Status::ResourceExhausted("kv memory budget " + std::to_string(o.kv_memory_bytes) + " B holds no page of " +
                                      std::to_string(o.kv_page_tokens * AttnRowLayout(model.config()).row_floats * 4) +

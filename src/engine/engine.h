@@ -114,13 +114,17 @@ class RequestSink {
 
 // Speculative decoding (docs/engine.md "Speculative decoding"), vLLM's --speculative-config.
 struct SpeculativeOptions {
-  std::string method;                   // "": off; "ngram": prompt-lookup drafts
+  // "": off; "ngram": prompt-lookup drafts; "mtp": the checkpoint's MTP layer, run by the runner
+  // (StepPiece::mtp; the CPU runner today), chained greedily for k > 1 as vLLM does.
+  std::string method;
   int64_t num_speculative_tokens = 3;   // k: drafts per verify step, 1..16
   int64_t prompt_lookup_max = 4;        // longest n-gram looked up
   int64_t prompt_lookup_min = 2;        // shortest (1 <= min <= max)
 };
 // Parses vLLM's JSON form, e.g. {"method":"ngram","num_speculative_tokens":3,
-// "prompt_lookup_max":4,"prompt_lookup_min":2}. InvalidArgument naming the field at fault.
+// "prompt_lookup_max":4,"prompt_lookup_min":2} or {"method":"mtp","num_speculative_tokens":1}
+// ("deepseek_mtp" is read as "mtp"; prompt_lookup_* with "mtp" is refused). InvalidArgument
+// naming the field at fault.
 Result<SpeculativeOptions> ParseSpeculativeConfig(const std::string& json);
 
 struct EngineOptions {

@@ -1,5 +1,7 @@
 // gyre_specdec_bench: CPU tokens/s of greedy decoding with and without n-gram speculative
-// decoding (docs/engine.md "Speculative decoding"), on a fixture, one request at a time (batch 1).
+// decoding (docs/engine.md "Speculative decoding"), on a fixture, one request at a time (batch 1);
+// with an MTP layer, also MTP drafts (k = 1 and 3, greedy; k = 1 at temperature 0.8) on a prose
+// prompt (the held-out tokens of MODEL_DIR/golden_long.safetensors when present).
 // Usage: gyre_specdec_bench MODEL_DIR [max_tokens] [repeats]. Prints JSON (metrics + config); the
 // caller adds machine and commit (bench/results/cpu_specdec.json).
 #include <chrono>
@@ -16,7 +18,9 @@
 #include "engine/bench_sink.h"
 #include "engine/engine.h"
 #include "engine/ngram_draft.h"
+#include "model/safetensors.h"
 #include "runtime/model.h"
+#include "runtime/parity.h"
 
 namespace gyre {
 namespace {
@@ -29,7 +33,7 @@ struct Sample {
 };
 
 Sample RunOnce(const Model& model, const std::vector<int32_t>& prompt, int64_t max_tokens, bool spec,
-               float temperature = 0, uint64_t seed = 0) {
+               float temperature = 0, uint64_t seed = 0, int64_t mtp_k = 0) {
   EngineOptions eo;
   eo.max_num_seqs = 1;
   eo.overlap_steps = false;
@@ -38,6 +42,10 @@ Sample RunOnce(const Model& model, const std::vector<int32_t>& prompt, int64_t m
     eo.speculative.num_speculative_tokens = 3;
     eo.speculative.prompt_lookup_max = 4;
     eo.speculative.prompt_lookup_min = 2;
+  }
+  if (mtp_k > 0) {
+    eo.speculative.method = "mtp";
+    eo.speculative.num_speculative_tokens = mtp_k;
   }
   auto engine = Engine::Create(model, eo);
   GYRE_CHECK(engine.ok());
@@ -162,6 +170,62 @@ int main(int argc, char** argv) {
     }
     out["metrics"]["drafter_us_per_step_scan"] = scan_us;
     out["metrics"]["drafter_us_per_step_index"] = index_us;
+  }
+  // MTP drafts (the checkpoint's MTP layer) on prose: the first 64 held-out tokens recorded with
+  // the fixture (else the repetitive prompt).
+  if ((*model)->has_mtp()) {
+    std::vector<int32_t> prose = prompt;
+    std::string prose_source = "repetitive";
+    if (auto f = SafetensorsFile::Open(std::string(argv[1]) + "/golden_long.safetensors"); f.ok()) {
+      const auto& t = (*f)->tensors();
+      if (auto it = t.find("input_ids"); it != t.end()) {
+        prose.clear();
+        for (float v : TensorToF32(it->second)) {
+          if (prose.size() == 64) break;
+          prose.push_back(static_cast<int32_t>(v));
+        }
+        prose_source = "golden_long.safetensors input_ids[0:64] (held-out text)";
+      }
+    }
+    nlohmann::json mtp;
+    mtp["prompt"] = prose_source;
+    nlohmann::json base = nlohmann::json::array();
+    std::vector<int32_t> base_ids;
+    for (int i = 0; i < repeats; ++i) {
+      Sample a = RunOnce(**model, prose, max_tokens, false);
+      base.push_back(a.decode_tok_s);
+      base_ids = a.ids;
+    }
+    mtp["decode_tok_s_b1_plain"] = base;
+    auto run = [&](const std::string& name, int64_t k, float temperature) {
+      nlohmann::json tok_s = nlohmann::json::array();
+      int64_t drafts = 0, accepted = 0, pieces = 0;
+      bool same = true;
+      for (int i = 0; i < repeats; ++i) {
+        Sample b = RunOnce(**model, prose, max_tokens, false, temperature, 200 + i, k);
+        tok_s.push_back(b.decode_tok_s);
+        drafts += b.stats.spec_draft_tokens;
+        accepted += b.stats.spec_accepted_tokens;
+        pieces += b.stats.spec_verify_pieces;
+        same = same && b.ids == base_ids;
+      }
+      nlohmann::json& r = mtp[name];
+      r["decode_tok_s_b1"] = tok_s;
+      r["verify_pieces"] = pieces;
+      r["draft_tokens"] = drafts;
+      r["accepted_tokens"] = accepted;
+      r["acceptance_rate"] = drafts > 0 ? double(accepted) / double(drafts) : 0.0;
+      // tokens a verify step emits: the accepted drafts + the row after them
+      r["tokens_per_verify_step"] = pieces > 0 ? double(accepted + pieces) / double(pieces) : 0.0;
+      if (temperature <= 0) {
+        r["outputs_identical_to_plain"] = same;
+        identical = identical && same;
+      }
+    };
+    run("k1", 1, 0);
+    run("k3", 3, 0);
+    run("k1_t08", 1, 0.8f);
+    out["metrics"]["mtp"] = mtp;
   }
   out["meta"]["model"] = {{"source", argv[1]}};
   std::printf("%s\n", out.dump(2).c_str());

@@ -148,6 +148,41 @@ Result<nlohmann::json> StepCost(CudaModel& m, const ModelConfig& c, const Args& 
   return r;
 }
 
+// Request b's prompt: an 8-token unit repeated 8 times (the n-gram drafts come from it).
+std::vector<int32_t> ServePrompt(int64_t b) {
+  std::vector<int32_t> prompt;
+  for (int r = 0; r < 8; ++r)
+    for (int32_t t : {11, 57, 203, 9, 88, 311, 42, 7}) prompt.push_back(t + static_cast<int32_t>(b) * 13);
+  return prompt;
+}
+
+// Where a speculative and a plain greedy output part: the logits after `prefix` (one prefill
+// piece on slot 0, fp32 logits back) — the top-2 gap and logit[a] − logit[b] of the two tokens
+// chosen. A gap at the level of bf16 rounding means a near tie that the verify rows (the prefill
+// attention path, multi-row GEMMs) and decode rows may break differently.
+nlohmann::json TieAt(ModelRunner& runner, const std::vector<int32_t>& prefix, int32_t a, int32_t b) {
+  const RunnerCapacity cap = runner.capacity();
+  const int64_t n = static_cast<int64_t>(prefix.size());
+  std::vector<PageId> pages((n + cap.page_tokens - 1) / cap.page_tokens);
+  for (size_t i = 0; i < pages.size(); ++i) pages[i] = static_cast<PageId>(i);
+  StepPiece p;
+  p.slot = 0;
+  p.pages = pages;
+  p.start = 0;
+  p.ids = prefix;
+  std::vector<SampledToken> out;
+  std::vector<float> logits;
+  Status s = runner.Launch(std::span<const StepPiece>(&p, 1), /*want_logits=*/true);
+  if (s.ok()) s = runner.Collect(&out, &logits);
+  if (!s.ok()) return {{"error", s.ToString()}};
+  const int64_t V = runner.config().vocab_size;
+  std::vector<float> row(logits.end() - V, logits.end()), sorted = row;
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+  return {{"top2_gap", sorted[0] - sorted[1]},
+          {"logit_plain_minus_spec", row[a] - row[b]},
+          {"prefill_argmax", std::max_element(row.begin(), row.end()) - row.begin()}};
+}
+
 // Part 2: B requests through the engine, with or without n-gram drafts.
 struct ServeRun {
   double wall_s = 0;
@@ -182,9 +217,7 @@ ServeRun Serve(ModelRunner& runner, const Args& a, int64_t B, bool spec) {
   std::vector<std::shared_ptr<BenchSink>> sinks;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t b = 0; b < B; ++b) {
-    std::vector<int32_t> prompt;
-    for (int r = 0; r < 8; ++r)
-      for (int32_t t : {11, 57, 203, 9, 88, 311, 42, 7}) prompt.push_back(t + static_cast<int32_t>(b) * 13);
+    const std::vector<int32_t> prompt = ServePrompt(b);
     RequestParams p;
     p.prompt = prompt;
     p.max_tokens = a.max_tokens;
@@ -269,6 +302,7 @@ int Run(const Args& a) {
     identical = identical && same;
     // Where they part: requests that differ and the first differing position of the first one.
     int64_t differ = 0, first_req = -1, first_pos = -1;
+    nlohmann::json tie;
     for (size_t q = 0; q < plain.outputs.size() && q < spec.outputs.size(); ++q) {
       if (plain.outputs[q] == spec.outputs[q]) continue;
       ++differ;
@@ -279,6 +313,11 @@ int Run(const Args& a) {
       size_t j = 0;
       while (j < x.size() && j < y.size() && x[j] == y[j]) ++j;
       first_pos = static_cast<int64_t>(j);
+      if (j < x.size() && j < y.size()) {
+        std::vector<int32_t> prefix = ServePrompt(first_req);
+        prefix.insert(prefix.end(), x.begin(), x.begin() + j);
+        tie = TieAt(**m, prefix, x[j], y[j]);
+      }
     }
     const EngineStats& s = spec.stats;
     row["serve"] = {{"plain_tok_s", plain.wall_s > 0 ? plain.tokens / plain.wall_s : 0.0},
@@ -296,6 +335,7 @@ int Run(const Args& a) {
                     {"requests_differing", differ},
                     {"first_differing_request", first_req},
                     {"first_differing_position", first_pos},
+                    {"first_difference_logits", tie},
                     {"tokens", spec.tokens}};
     row["folds"] = (*m)->stats().spec_folds;
     row["fold_batches"] = (*m)->stats().spec_fold_batches;

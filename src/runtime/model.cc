@@ -483,28 +483,63 @@ void Model::MlpLayer(Step& st, int64_t layer, const float* x, float* out) const 
 Status Model::MtpForward(std::span<const int32_t> ids, std::span<const float> hidden,
                          std::vector<float>* logits) const {
   const ModelConfig& c = config_;
-  const int64_t D = c.hidden_size, V = c.vocab_size, T = static_cast<int64_t>(ids.size());
+  const int64_t D = c.hidden_size, T = static_cast<int64_t>(ids.size());
   if (!weights_.has_mtp) return Status::InvalidArgument("the model has no MTP layer (num_nextn_predict_layers = 0)");
   if (T == 0) return Status::InvalidArgument("the MTP layer needs at least one token");
   if (static_cast<int64_t>(hidden.size()) != T * D) {
     return Status::InvalidArgument("hidden holds " + std::to_string(hidden.size()) + " values, expected [" +
                                    std::to_string(T) + ", " + std::to_string(D) + "]");
   }
+  GYRE_RETURN_IF_ERROR(CheckIds(ids, c.vocab_size));
+  const int64_t n = T - 1;  // MTP positions: row t pairs ids[t + 1] with hidden[t]
+  logits->resize(n * c.vocab_size);
+  if (n == 0) return Status();
+  std::vector<float> keys(n * mtp_key_floats()), out_hidden;
+  MtpRows(ids.subspan(1), hidden.first(n * D), 0, keys.data(), n, &out_hidden, logits->data());
+  return Status();
+}
+
+Status Model::MtpStep(std::span<const int32_t> ids, std::span<const float> hidden, int64_t pos0, float* keys,
+                      int64_t logit_rows, std::vector<float>* out_hidden, std::vector<float>* logits) const {
+  const ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, n = static_cast<int64_t>(ids.size());
+  if (!weights_.has_mtp) return Status::InvalidArgument("the model has no MTP layer (num_nextn_predict_layers = 0)");
+  if (n == 0) return Status::InvalidArgument("the MTP layer needs at least one row");
+  if (pos0 < 0) return Status::InvalidArgument("MTP position " + std::to_string(pos0) + " is negative");
+  if (logit_rows < 0 || logit_rows > n)
+    return Status::InvalidArgument("logit rows " + std::to_string(logit_rows) + " outside [0, " + std::to_string(n) + "]");
+  if (static_cast<int64_t>(hidden.size()) != n * D) {
+    return Status::InvalidArgument("hidden holds " + std::to_string(hidden.size()) + " values, expected [" +
+                                   std::to_string(n) + ", " + std::to_string(D) + "]");
+  }
+  GYRE_RETURN_IF_ERROR(CheckIds(ids, c.vocab_size));
+  logits->resize(logit_rows * c.vocab_size);
+  MtpRows(ids, hidden, pos0, keys, logit_rows, out_hidden, logits->data());
+  return Status();
+}
+
+Status Model::CheckIds(std::span<const int32_t> ids, int64_t V) {
   for (int32_t id : ids) {
     if (id < 0 || id >= V) {
       return Status::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                      std::to_string(V) + ")");
     }
   }
+  return Status();
+}
+
+void Model::MtpRows(std::span<const int32_t> ids, std::span<const float> hidden, int64_t pos0, float* keys,
+                    int64_t logit_rows, std::vector<float>* out_hidden, float* logits) const {
+  const ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, n = static_cast<int64_t>(ids.size());
   const MtpWeights& w = weights_.mtp;
-  const int64_t n = T - 1;  // MTP positions: row t pairs ids[t + 1] with hidden[t]
   const float eps = c.rms_norm_eps;
-  logits->resize(n * V);
-  if (n == 0) return Status();
   GYRE_SPAN("mtp", "layer", trace::Attrs{.layer = c.num_hidden_layers, .tokens = n});
-  // Input: x = eh_proj([enorm(embed(ids[t + 1])) | hnorm(hidden[t])]).
-  std::vector<float> e(n * D), en(n * D), hn(n * D), cat(n * 2 * D), x(n * D);
-  ops::Embedding(ids.subspan(1), weights_.embed, e.data());
+  // Input: x = eh_proj([enorm(embed(ids[i])) | hnorm(hidden[i])]).
+  std::vector<float> e(n * D), en(n * D), hn(n * D), cat(n * 2 * D);
+  std::vector<float>& x = *out_hidden;
+  x.resize(n * D);
+  ops::Embedding(ids, weights_.embed, e.data());
   ops::RmsNorm(e.data(), n, D, w.enorm, eps, en.data(), num_);
   ops::RmsNorm(hidden.data(), n, D, w.hnorm, eps, hn.data(), num_);
   for (int64_t i = 0; i < n; ++i) {
@@ -512,26 +547,33 @@ Status Model::MtpForward(std::span<const int32_t> ids, std::span<const float> hi
     std::memcpy(&cat[i * 2 * D + D], &hn[i * D], D * sizeof(float));
   }
   ops::Linear(cat.data(), n, w.eh_proj, x.data(), num_);
-  // Attention block: dense causal MLA over the MTP positions (no indexer, no cache).
-  const int64_t H = c.num_attention_heads, R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+  // Attention block: dense causal MLA over MTP positions 0..pos0 + i (no indexer); the keys of
+  // this call's rows go to keys[pos0 ..], the earlier ones are read from keys[0 .. pos0).
+  const int64_t H = c.num_attention_heads, R = c.kv_lora_rank, rope = c.qk_rope_head_dim, kf = R + rope;
   std::vector<float> h(n * D), a(n * D), attn(n * H * c.v_head_dim);
   ops::RmsNorm(x.data(), n, D, w.input_norm, eps, h.data(), num_);
   MlaProjection p;
   ProjectMla(w.mla, c, h.data(), n, num_, &p);
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = keys + (pos0 + i) * kf;
+    std::memcpy(row, &p.latent[i * R], R * sizeof(float));
+    std::memcpy(row + R, &p.ckv[i * kf + R], rope * sizeof(float));
+  }
   const ops::MlaShape ms{H, c.qk_nope_head_dim, rope, c.v_head_dim, R,
                          1.0f / std::sqrt(static_cast<float>(c.qk_head_dim()))};
-  const ops::RowView latent{p.latent.data(), nullptr, 1, R, 0}, krot{p.ckv.data(), nullptr, 1, R + rope, R};
-  ops::MlaAttention(p.q.data(), n, 0, latent, krot, w.mla.kv_b, ms, ops::Selection{}, attn.data(), num_);
+  const ops::RowView latent{keys, nullptr, 1, kf, 0}, krot{keys, nullptr, 1, kf, R};
+  ops::MlaAttention(p.q.data(), n, pos0, latent, krot, w.mla.kv_b, ms, ops::Selection{}, attn.data(), num_);
   ops::Linear(attn.data(), n, w.mla.o, a.data(), num_);
   for (int64_t i = 0; i < n * D; ++i) x[i] = num_.Round(x[i] + a[i]);
   // FFN block: dense SwiGLU (the model's swiglu_limit, as in its dense layers).
   ops::RmsNorm(x.data(), n, D, w.post_norm, eps, h.data(), num_);
   SwiGluMlp(w.mlp, h.data(), n, c.swiglu_limit.value_or(0.0f), a.data(), num_);
   for (int64_t i = 0; i < n * D; ++i) x[i] = num_.Round(x[i] + a[i]);
-  // Head: shared_head.head(shared_head.norm(x)).
-  ops::RmsNorm(x.data(), n, D, w.head_norm, eps, h.data(), num_);
-  ops::Linear(h.data(), n, w.head, logits->data(), num_);
-  return Status();
+  // Head of the last logit_rows rows: shared_head.head(shared_head.norm(x)).
+  if (logit_rows == 0) return;
+  const float* last = x.data() + (n - logit_rows) * D;
+  ops::RmsNorm(last, logit_rows, D, w.head_norm, eps, h.data(), num_);
+  ops::Linear(h.data(), logit_rows, w.head, logits, num_);
 }
 
 // ---- summary -------------------------------------------------------------------------------------

@@ -76,10 +76,23 @@ class Model {
   // tokens: `hidden` [T, D] holds Forward's SeqInput::hidden rows for `ids` (positions 0..T-1 of
   // the sequence). `logits` is resized to [T-1, V]; row t is the MTP's guess of ids[t+2], from
   // ids[t+1] and hidden[t], attending causally over MTP positions 0..t. T == 1 gives no rows.
-  // The MTP layer keeps no cache: every call starts at position 0.
+  // MtpForward keeps no cache: every call starts at position 0 (MtpStep continues one).
   // Errors: InvalidArgument when the model has no MTP layer, ids is empty, an id is outside
   // [0, vocab) or hidden.size() != T·D (`logits` is untouched then).
   Status MtpForward(std::span<const int32_t> ids, std::span<const float> hidden, std::vector<float>* logits) const;
+  // Floats of one MTP attention key row: [latent c (kv_lora_rank) | k_rot (qk_rope_head_dim)].
+  int64_t mtp_key_floats() const { return config_.kv_lora_rank + config_.qk_rope_head_dim; }
+  // The MTP layer incrementally (MTP drafts, runtime/cpu_runner.h): n = ids.size() rows at MTP
+  // positions pos0 .. pos0 + n - 1, row i pairing the token ids[i] with hidden[i] (the main
+  // model's hidden state of the token before it, or the MTP's own out_hidden row when drafting
+  // further ahead). `keys` holds one row of mtp_key_floats() per MTP position: rows [0, pos0)
+  // are read (the sequence's earlier MTP keys), rows [pos0, pos0 + n) are written. out_hidden ←
+  // [n, D], each row's output before shared_head.norm; logits ← [logit_rows, V], the guesses of
+  // the last logit_rows rows (0..n). MtpForward(ids, h) == MtpStep(ids[1..], h[0..T-2], 0, …, T-1)
+  // (it is implemented so). Errors: InvalidArgument (no MTP layer, n == 0, pos0 < 0, logit_rows
+  // outside [0, n], hidden.size() != n·D, an id outside the vocabulary), nothing written then.
+  Status MtpStep(std::span<const int32_t> ids, std::span<const float> hidden, int64_t pos0, float* keys,
+                 int64_t logit_rows, std::vector<float>* out_hidden, std::vector<float>* logits) const;
 
  private:
   Model(ModelConfig c, ModelWeights w, const ModelOptions& o);
@@ -87,6 +100,9 @@ class Model {
   void KdaLayer(Step& st, int64_t layer, const float* x, float* out) const;
   void AttnLayer(Step& st, int64_t layer, const float* x, float* out) const;
   void MlpLayer(Step& st, int64_t layer, const float* x, float* out) const;
+  static Status CheckIds(std::span<const int32_t> ids, int64_t vocab);
+  void MtpRows(std::span<const int32_t> ids, std::span<const float> hidden, int64_t pos0, float* keys,
+               int64_t logit_rows, std::vector<float>* out_hidden, float* logits) const;
 
   ModelConfig config_;
   ModelWeights weights_;

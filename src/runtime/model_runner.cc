@@ -93,6 +93,10 @@ Status ValidateStep(std::span<const StepPiece> pieces, const RunnerCapacity& cap
         return Status::InvalidArgument(where + ": a speculative piece samples without logit processing (no "
                                        "penalties, logit_bias, min_tokens, mask or top_logprobs)");
     }
+    if (p.mtp != -1 && (p.mtp < 0 || p.mtp > cap.mtp_drafts))
+      return Status::InvalidArgument(where + ": mtp " + std::to_string(p.mtp) +
+                                     (cap.mtp_drafts > 0 ? " is outside [-1, " + std::to_string(cap.mtp_drafts) + "]"
+                                                         : " on a runner without MTP drafts (only -1)"));
     auto in_vocab = [&](int32_t id, const char* what) {
       return id >= 0 && id < vocab ? Status::Ok()
                                    : Status::InvalidArgument(where + ": " + what + " token id " + std::to_string(id) +

@@ -108,6 +108,7 @@ struct RunnerCapacity {
   int64_t bytes_per_page = 0;   // all attention layers
   int64_t bytes_per_slot = 0;   // all KDA layers
   bool speculative = false;     // accepts speculative pieces and CommitSpeculative
+  int64_t mtp_drafts = 0;       // > 0: runs the model's MTP layer and drafts up to this many tokens (StepPiece::mtp)
   // What else decides the meaning of a page's bytes, as a tag (0: nothing): the CUDA model's KV cache
   // dtype per layer (fp8 and int8 pages have equal sizes). Sequence transfer compares it.
   uint64_t cache_layout = 0;
@@ -154,6 +155,15 @@ struct StepPiece {
   // May be null: the request's prompt embeddings; the rows whose positions fall in
   // [start, start + ids.size()) replace the table rows there. Only the CPU runner accepts them.
   const PromptEmbeds* embeds = nullptr;
+  // MTP drafts (runners whose capacity() has mtp_drafts > 0; docs/engine.md "MTP drafts"): -1, the
+  // sequence keeps no MTP cache and nothing runs; 0..mtp_drafts, the MTP layer also runs over the
+  // piece's tokens (each paired with the hidden state of the token before it; its attention keys
+  // go to the sequence's pages and its last hidden state to its slot), and when the piece samples
+  // it chains `mtp` greedy drafts after the sampled token (a speculative piece: after its last
+  // accepted row's token, acceptance as the engine counts it), returned in SampledToken::drafts.
+  // A sequence whose earlier pieces ran with -1 (or whose cache came from a runner without MTP)
+  // gets worse drafts, never a different output: drafts are only ever verified.
+  int32_t mtp = -1;
 };
 
 struct SampledToken {
@@ -161,6 +171,7 @@ struct SampledToken {
   float logprob = 0;                                 // log-softmax of `id` (temperature 1)
   std::vector<std::pair<int32_t, float>> top;        // top_logprobs alternatives, best first
   std::vector<std::pair<int32_t, float>> rows;       // speculative piece: (greedy id, logprob) per new token
+  std::vector<int32_t> drafts;                       // StepPiece::mtp > 0: the MTP's guesses after `id`
 };
 
 using CheckpointId = int32_t;

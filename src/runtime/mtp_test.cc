@@ -1,14 +1,21 @@
 // The MTP layer (docs/engine.md "MTP layer"): Model::MtpForward against an fp64 reference
 // composed here from the reference ops (expanded MLA: K and V computed per head, not absorbed), on
 // fresh random weights and inputs, odd sizes and T = 1, 2, 37; and Forward's pre-norm hidden output.
+// MtpStep continued over pieces equals MtpForward; the CPU runner's MTP drafts (StepPiece::mtp)
+// equal the layer run over the whole committed sequence, after prefill chunks, a verify piece with
+// accepted and rejected drafts, a decode, a transfer of the sequence and a checkpoint restore.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
 
+#include <algorithm>
+
 #include "ops/basic.h"
 #include "ops/reference.h"
+#include "ops/sampling.h"
+#include "runtime/cpu_runner.h"
 #include "runtime/model.h"
 #include "runtime/random_model_for_tests.h"
 
@@ -200,6 +207,222 @@ TEST(MtpForwardErrors, NoLayerBadShapesAndIds) {
   s = plain->MtpForward(ids, hidden, &logits);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("no MTP layer"), std::string::npos);
+}
+
+// ---- MtpStep and MTP drafts ----------------------------------------------------------------------
+
+class MtpSteps : public ::testing::TestWithParam<const char*> {};
+
+// MtpStep over pieces of the sequence (each continuing the keys of the last) gives MtpForward's
+// rows; a piece's last logit rows are the corresponding MtpForward rows.
+TEST_P(MtpSteps, PiecesEqualOneForward) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto m = RandomModel(GetParam(), seed);
+  const int64_t D = m->config().hidden_size, V = m->config().vocab_size, T = 37, kf = m->mtp_key_floats();
+  std::mt19937_64 rng(seed + 2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<int32_t> ids(T);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % V);
+  std::vector<float> hidden(T * D);
+  for (auto& v : hidden) v = 3.0f * normal(rng);
+  std::vector<float> want;
+  ASSERT_TRUE(m->MtpForward(ids, hidden, &want).ok());
+  std::vector<float> keys((T - 1) * kf, std::numeric_limits<float>::quiet_NaN()), x, lg;
+  int64_t pos = 0;
+  for (int64_t n : {1, 5, 1, 1, 13, 2, 13}) {  // 36 MTP rows in pieces
+    ASSERT_TRUE(m->MtpStep(std::span<const int32_t>(ids).subspan(pos + 1, n),
+                           std::span<const float>(hidden).subspan(pos * D, n * D), pos, keys.data(), n, &x, &lg)
+                    .ok());
+    ASSERT_EQ(static_cast<int64_t>(lg.size()), n * V);
+    ASSERT_EQ(static_cast<int64_t>(x.size()), n * D);
+    const std::vector<float> ref(want.begin() + pos * V, want.begin() + (pos + n) * V);
+    EXPECT_LT(ops::Compare(lg, ref).rel_l2, kFp32Tol) << "piece at " << pos;
+    pos += n;
+  }
+  ASSERT_EQ(pos, T - 1);
+  // Errors leave the outputs alone.
+  lg.assign(1, 42.0f);
+  EXPECT_EQ(m->MtpStep({}, {}, 0, keys.data(), 0, &x, &lg).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->MtpStep(std::span<const int32_t>(ids).first(2), std::span<const float>(hidden).first(2 * D), -1,
+                       keys.data(), 1, &x, &lg)
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->MtpStep(std::span<const int32_t>(ids).first(2), std::span<const float>(hidden).first(2 * D), 0,
+                       keys.data(), 3, &x, &lg)
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(lg, std::vector<float>{42.0f});
+}
+
+// The drafts of the MTP layer run over a whole committed sequence S (its last token just sampled):
+// the main model's hidden states of S[0 .. n-2] in one standalone forward, the MTP over S, then
+// greedy chaining on the MTP's own hidden state. `margin` ← the smallest top-1 − top-2 logit gap.
+std::vector<int32_t> ReferenceDrafts(const Model& m, const std::vector<int32_t>& S, int64_t k, float* margin) {
+  const int64_t D = m.config().hidden_size, n = static_cast<int64_t>(S.size());
+  SequenceState st = m.NewSequence();
+  std::vector<float> logits, hidden;
+  SeqInput in{&st, std::span<const int32_t>(S).first(n - 1), false, &hidden};
+  EXPECT_TRUE(m.Forward(std::span<const SeqInput>(&in, 1), &logits).ok());
+  std::vector<float> keys((n + k) * m.mtp_key_floats()), x, lg;
+  EXPECT_TRUE(m.MtpStep(std::span<const int32_t>(S).subspan(1), hidden, 0, keys.data(), 1, &x, &lg).ok());
+  std::vector<int32_t> out;
+  *margin = std::numeric_limits<float>::infinity();
+  std::vector<float> h(x.end() - D, x.end());
+  for (int64_t j = 0; j < k; ++j) {
+    if (j > 0) {
+      EXPECT_TRUE(m.MtpStep(std::span<const int32_t>(&out.back(), 1), h, n - 2 + j, keys.data(), 1, &x, &lg).ok());
+      h = x;
+    }
+    std::vector<float> sorted = lg;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    *margin = std::min(*margin, sorted[0] - sorted[1]);
+    out.push_back(ops::Argmax(lg));
+  }
+  return out;
+}
+
+// Greedy continuation of `prefix` by `n` tokens (standalone decode).
+std::vector<int32_t> Greedy(const Model& m, const std::vector<int32_t>& prefix, int64_t n) {
+  SequenceState st = m.NewSequence();
+  std::vector<float> logits;
+  std::vector<int32_t> out, next = prefix;
+  for (int64_t i = 0; i < n; ++i) {
+    SeqInput in{&st, next, false};
+    EXPECT_TRUE(m.Forward(std::span<const SeqInput>(&in, 1), &logits).ok());
+    out.push_back(ops::Argmax(logits));
+    next = {out.back()};
+  }
+  return out;
+}
+
+TEST_P(MtpSteps, RunnerDraftsEqualTheLayerOverTheCommittedSequence) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto m = RandomModel(GetParam(), seed);
+  const int64_t V = m->config().vocab_size, k = 3;
+  CpuRunnerOptions ro;
+  ro.page_tokens = 4;
+  ro.num_pages = 64;
+  ro.num_slots = 3;
+  ro.mtp_drafts = k;
+  auto runner = CpuRunner::Create(*m, ro);
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  CpuRunner& r = **runner;
+  ASSERT_EQ(r.capacity().mtp_drafts, k);
+  std::mt19937_64 rng(seed + 3);
+  // Slot 0's block table: scattered page ids (pages 0..31, shuffled); slot 1 and 2 get others.
+  std::vector<PageId> all(64);
+  for (int i = 0; i < 64; ++i) all[i] = i;
+  std::shuffle(all.begin(), all.end(), rng);
+  const std::vector<PageId> pages0(all.begin(), all.begin() + 16), pages1(all.begin() + 16, all.begin() + 32),
+      pages2(all.begin() + 32, all.begin() + 48);
+  std::vector<int32_t> S(13);
+  for (auto& id : S) id = static_cast<int32_t>(rng() % V);
+  int64_t compared = 0;
+  // One step of `ids` at `start` in `slot`; checks the returned drafts against the reference over
+  // the sequence committed after it (`committed` + the sampled token).
+  auto step = [&](SlotId slot, const std::vector<PageId>& pages, int64_t start, std::vector<int32_t> ids,
+                  bool speculative, int32_t mtp, bool sample, std::vector<int32_t>* seq) -> SampledToken {
+    StepPiece p;
+    p.slot = slot;
+    p.pages = pages;
+    p.start = start;
+    p.ids = ids;
+    p.speculative = speculative;
+    p.mtp = mtp;
+    p.sample.enabled = sample;
+    std::vector<SampledToken> out;
+    EXPECT_TRUE(r.Launch(std::span<const StepPiece>(&p, 1)).ok());
+    EXPECT_TRUE(r.Collect(&out).ok());
+    if (!sample) return {};
+    SampledToken t = out[0];
+    int64_t a = static_cast<int64_t>(ids.size()) - 1;
+    int32_t y = t.id;
+    if (speculative) {
+      a = 0;
+      while (a + 1 < static_cast<int64_t>(ids.size()) && t.rows[a].first == ids[a + 1]) ++a;
+      y = t.rows[a].first;
+      EXPECT_TRUE(r.CommitSpeculative(slot, a + 1).ok());
+    }
+    seq->insert(seq->end(), ids.begin(), ids.begin() + a + 1);
+    std::vector<int32_t> with_y = *seq;
+    with_y.push_back(y);
+    EXPECT_EQ(static_cast<int64_t>(t.drafts.size()), mtp);
+    float margin = 0;
+    const std::vector<int32_t> want = ReferenceDrafts(*m, with_y, mtp, &margin);
+    if (margin > 1e-3f) {  // (a near tie may flip between chunked and one-piece hidden states)
+      EXPECT_EQ(t.drafts, want) << "after " << seq->size() << " tokens";
+      ++compared;
+    }
+    return t;
+  };
+  std::vector<int32_t> seq;
+  // Prefill in two chunks (the first keeps the MTP cache without drafting).
+  step(0, pages0, 0, std::vector<int32_t>(S.begin(), S.begin() + 6), false, 0, false, &seq);
+  seq.assign(S.begin(), S.begin() + 6);
+  SampledToken t = step(0, pages0, 6, std::vector<int32_t>(S.begin() + 6, S.end()), false, k, true, &seq);
+  // A verify piece whose first two drafts are the greedy continuation and the third is wrong.
+  std::vector<int32_t> cont = Greedy(*m, seq, 3);
+  ASSERT_EQ(cont[0], t.id);
+  std::vector<int32_t> verify = {t.id, cont[1], cont[2], static_cast<int32_t>((Greedy(*m, seq, 4)[3] + 1) % V)};
+  t = step(0, pages0, 13, verify, true, k, true, &seq);
+  ASSERT_EQ(seq.size(), 16u) << "the verify piece should accept its two greedy drafts";
+  // A decode piece after the commit: the slot's hidden state is the last accepted row's.
+  const int32_t bonus = t.rows[2].first;
+  t = step(0, pages0, 16, {bonus}, false, k, true, &seq);
+  // The sequence moved to slot 1 through the transfer images (pages and slot with the MTP's parts)
+  // and to slot 2 through a checkpoint: the next decode drafts the same as slot 0's.
+  const RunnerCapacity cap = r.capacity();
+  const int64_t used = (static_cast<int64_t>(seq.size()) + 3) / 4;
+  std::vector<std::byte> page_img(used * cap.bytes_per_page), slot_img(cap.bytes_per_slot);
+  ASSERT_TRUE(r.ReadPages(std::span<const PageId>(pages0).first(used), page_img).ok());
+  ASSERT_TRUE(r.ReadSlotState(0, slot_img).ok());
+  ASSERT_TRUE(r.WritePages(std::span<const PageId>(pages1).first(used), page_img).ok());
+  ASSERT_TRUE(r.WriteSlotState(1, slot_img, static_cast<int64_t>(seq.size())).ok());
+  ASSERT_TRUE(r.ReserveCheckpoints(1).ok());
+  ASSERT_TRUE(r.SaveState(0, 0).ok());
+  ASSERT_TRUE(r.WritePages(std::span<const PageId>(pages2).first(used), page_img).ok());
+  ASSERT_TRUE(r.RestoreState(0, 2, static_cast<int64_t>(seq.size())).ok());
+  const int32_t next = t.id;
+  const int64_t at = static_cast<int64_t>(seq.size());
+  std::vector<int32_t> seq1 = seq, seq2 = seq;
+  const SampledToken t0 = step(0, pages0, at, {next}, false, k, true, &seq);
+  const SampledToken t1 = step(1, pages1, at, {next}, false, k, true, &seq1);
+  const SampledToken t2 = step(2, pages2, at, {next}, false, k, true, &seq2);
+  EXPECT_EQ(t1.drafts, t0.drafts) << "transfer lost part of the MTP cache";
+  EXPECT_EQ(t2.drafts, t0.drafts) << "the checkpoint lost part of the MTP cache";
+  EXPECT_GE(compared, 3) << "too many near ties to compare";
+  // Bad values of StepPiece::mtp are refused.
+  StepPiece bad;
+  bad.slot = 0;
+  bad.pages = pages0;
+  bad.start = 0;
+  const int32_t one = 1;
+  bad.ids = std::span<const int32_t>(&one, 1);
+  for (int32_t v : {-2, static_cast<int32_t>(k + 1)}) {
+    bad.mtp = v;
+    EXPECT_EQ(r.Launch(std::span<const StepPiece>(&bad, 1)).code(), StatusCode::kInvalidArgument) << v;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, MtpSteps, ::testing::Values(kGlm5Mtp, kKimiMtp),
+                         [](const auto& info) { return std::string(info.index == 0 ? "glm5" : "kimi"); });
+
+TEST(MtpDrafts, RefusedWithoutAnMtpLayer) {
+  std::string no_mtp = kGlm5Mtp;
+  no_mtp.replace(no_mtp.find("\"num_nextn_predict_layers\": 1"), 29, "\"num_nextn_predict_layers\": 0");
+  auto plain = RandomModel(no_mtp.c_str(), 1);
+  CpuRunnerOptions ro;
+  ro.num_pages = 8;
+  ro.mtp_drafts = 2;
+  auto r = CpuRunner::Create(*plain, ro);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("MTP layer"), std::string::npos) << r.status().ToString();
+  ro.mtp_drafts = 0;
+  auto ok = CpuRunner::Create(*plain, ro);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)->capacity().mtp_drafts, 0);
 }
 
 }  // namespace
