@@ -398,12 +398,19 @@ Result<ImageSize> PlanImageSize(int64_t width, int64_t height, const ImagePrepro
     s.content_h = std::max<int64_t>(f, static_cast<int64_t>(std::floor(height / beta / f)) * f);
     s.canvas_w = s.content_w;
     s.canvas_h = s.content_h;
-  } else if (s.canvas_w * s.canvas_h < min_px) {
+  } else if (width * height < min_px) {  // (the image's pixels, not its canvas': 90×90 is upscaled)
+    // Under the minimum: the canvas grows to the budget (each side rounded up to f), and the
+    // content is scaled uniformly by the smaller canvas / side ratio (truncated), so one side
+    // fills the canvas and the other is zero-padded — not stretched to the canvas. Read off the
+    // transformers 5.17 goldens (tests/fixtures/images/golden: 20×30 → content 140×93 in a
+    // 140×112 canvas, 70×90 → 108×140 in 112×140, 131×77 → 168×98 in 168×112).
     const double beta = std::sqrt(static_cast<double>(min_px) / (static_cast<double>(width) * height));
-    s.content_w = static_cast<int64_t>(std::ceil(width * beta / f)) * f;
-    s.content_h = static_cast<int64_t>(std::ceil(height * beta / f)) * f;
-    s.canvas_w = s.content_w;
-    s.canvas_h = s.content_h;
+    s.canvas_w = static_cast<int64_t>(std::ceil(width * beta / f)) * f;
+    s.canvas_h = static_cast<int64_t>(std::ceil(height * beta / f)) * f;
+    const double scale = std::min(static_cast<double>(s.canvas_w) / static_cast<double>(width),
+                                  static_cast<double>(s.canvas_h) / static_cast<double>(height));
+    s.content_w = std::clamp<int64_t>(static_cast<int64_t>(width * scale), 1, s.canvas_w);
+    s.content_h = std::clamp<int64_t>(static_cast<int64_t>(height * scale), 1, s.canvas_h);
   }
   return s;
 }

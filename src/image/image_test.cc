@@ -170,6 +170,16 @@ TEST(ImagePreprocess, GridsMatchTheTransformersProcessor) {
     EXPECT_EQ(s->canvas_h / 14, k.grid_h) << k.h << "x" << k.w;
     EXPECT_EQ(s->canvas_w / 14, k.grid_w) << k.h << "x" << k.w;
   }
+  // Under the minimum the content is scaled uniformly (one side fills the canvas, the other is
+  // padded); content sizes read off the goldens' zero padding (h x w → content h x w).
+  const Case content[] = {{20, 30, 93, 140}, {90, 70, 140, 108}, {77, 131, 98, 168}, {90, 90, 112, 112},
+                          {123, 77, 168, 105}};
+  for (const Case& k : content) {
+    auto s = PlanImageSize(k.w, k.h, {});
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->content_h, k.grid_h) << k.h << "x" << k.w;
+    EXPECT_EQ(s->content_w, k.grid_w) << k.h << "x" << k.w;
+  }
   // NOTE: over the 8000-token budget the rule differs: 2400 x 2800 gives transformers [166, 192] and
   // us [164, 192] (docs/vision.md, "Known differences"); not asserted until the rule is read from
   // the processor's source.
