@@ -146,6 +146,15 @@ MUTATIONS = [
         "MTP drafts: a commit keeps the hidden state of the verify piece's first row, not of its last "
         "accepted one"),
     Mutation(
+        "mtp_keys_not_in_page_images", RELEASE, "src/runtime/cpu_runner.cc",
+        "    if (mb > 0) std::memcpy(dst.data() + i * bpp + kvb, MtpKey(pages.subspan(i, 1), 0), mb);",
+        "    if (mb > 0) std::memset(dst.data() + i * bpp + kvb, 0, mb);",
+        ["test_transfer", "test_runtime"],
+        [B + "/test_runtime --gtest_filter=*MtpSteps*",
+         B + "/test_transfer --gtest_filter=DisaggSpeculation.*"],
+        "MTP drafts: a page image (transfer) carries zeros for the MTP keys; the decode side drafts from "
+        "a cold MTP cache"),
+    Mutation(
         "min_tokens_off_by_one", OFF1, "src/ops/penalties.cc",
         "  if (num_generated < p.min_tokens) {",
         "  if (num_generated <= p.min_tokens) {",

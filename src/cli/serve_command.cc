@@ -215,7 +215,9 @@ Result<DisaggPair> MakeLocalPair(const Model& model, const EngineOptions& eo) {
   CpuRunnerOptions ro;
   ro.page_tokens = eo.kv_page_tokens;
   ro.num_slots = eo.max_num_seqs;
-  ro.num_pages = CpuRunner::PagesForBytes(model.config(), eo.kv_page_tokens, eo.kv_memory_bytes);
+  const bool mtp = eo.speculative.method == "mtp";
+  ro.mtp_drafts = mtp ? eo.speculative.num_speculative_tokens : 0;
+  ro.num_pages = CpuRunner::PagesForBytes(model.config(), eo.kv_page_tokens, eo.kv_memory_bytes, mtp);
   DisaggPair p;
   GYRE_ASSIGN_OR_RETURN(p.prefill, CpuRunner::Create(model, ro));
   GYRE_ASSIGN_OR_RETURN(p.decode, CpuRunner::Create(model, ro));

@@ -111,6 +111,12 @@ Status DisaggRunner::Launch(std::span<const StepPiece> pieces, bool want_logits)
   return Status::Ok();
 }
 
+Status DisaggRunner::CommitSpeculative(SlotId slot, int64_t num_accepted) {
+  if (slot < 0 || slot >= static_cast<SlotId>(on_decode_.size()))
+    return Status::InvalidArgument("slot " + std::to_string(slot) + " is outside the runner");
+  return (on_decode_[slot] ? decode_ : prefill_).CommitSpeculative(slot, num_accepted);
+}
+
 Status DisaggRunner::Collect(std::vector<SampledToken>* out, std::vector<float>* logits) {
   if (pending_.empty()) return Status::InvalidArgument("disaggregated runner: no step is outstanding");
   Pending p = std::move(pending_.front());

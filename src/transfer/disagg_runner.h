@@ -15,10 +15,12 @@
 // colocated), or the step fails at Collect with the transfer's Status (kFailStep: the engine ends
 // that step's sequences with the error). Nothing half-transferred is ever decoded.
 // Not supported: logits for verification (want_logits), KDA checkpoints (prefix caching), the
-// sequence-transfer ops on the decorator itself: Unimplemented.
+// sequence-transfer ops on the decorator itself: Unimplemented. Speculative decoding (n-gram or
+// MTP drafts) runs when both runners support it.
 // Thread safety: as ModelRunner (one driving thread); the receiver runs its own thread.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -49,11 +51,18 @@ class DisaggRunner final : public ModelRunner {
                                                       const DisaggRunnerOptions& opts);
 
   const ModelConfig& config() const override { return prefill_.config(); }
-  RunnerCapacity capacity() const override {  // (no speculative pieces across the hand-off yet)
+  // Speculative pieces (verify steps come after the hand-off, so they run where the sequence
+  // lives) and MTP drafts (the MTP keys and hidden state travel in the page and slot images) when
+  // both runners take them.
+  RunnerCapacity capacity() const override {
     RunnerCapacity c = prefill_.capacity();
-    c.speculative = false;
+    const RunnerCapacity d = decode_.capacity();
+    c.speculative = c.speculative && d.speculative;
+    c.mtp_drafts = std::min(c.mtp_drafts, d.mtp_drafts);
     return c;
   }
+  // On the runner that holds the slot's sequence.
+  Status CommitSpeculative(SlotId slot, int64_t num_accepted) override;
   std::string backend() const override { return "disagg:" + prefill_.backend(); }
   Status Launch(std::span<const StepPiece> pieces, bool want_logits = false) override;
   Status Collect(std::vector<SampledToken>* out, std::vector<float>* logits = nullptr) override;

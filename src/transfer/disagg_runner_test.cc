@@ -2,7 +2,9 @@
 // cache moved between them over TCP loopback by the transfer protocol) gives exactly the greedy
 // outputs of the engine on one runner — with chunked prefills, prompts ending on page boundaries,
 // several requests at once and overlapped steps. A dead link ends requests with a clear error,
-// never a wrong token, and the engine's pools return to zero.
+// never a wrong token, and the engine's pools return to zero. Speculative decoding across the
+// hand-off (n-gram drafts; MTP drafts, whose cache travels in the images) gives the colocated
+// engine's outputs and, for MTP, the same drafts.
 #include "transfer/disagg_runner.h"
 
 #include <gtest/gtest.h>
@@ -63,7 +65,9 @@ std::unique_ptr<CpuRunner> MakeRunner(const Model& m, const EngineOptions& eo) {
   CpuRunnerOptions o;
   o.num_slots = eo.max_num_seqs;
   o.page_tokens = eo.kv_page_tokens;
-  o.num_pages = CpuRunner::PagesForBytes(m.config(), eo.kv_page_tokens, eo.kv_memory_bytes);
+  const bool mtp = eo.speculative.method == "mtp";
+  o.mtp_drafts = mtp ? eo.speculative.num_speculative_tokens : 0;
+  o.num_pages = CpuRunner::PagesForBytes(m.config(), eo.kv_page_tokens, eo.kv_memory_bytes, mtp);
   return std::move(CpuRunner::Create(m, o).value());
 }
 
@@ -80,7 +84,8 @@ std::vector<std::vector<int32_t>> Prompts(const Model& m) {
 
 // Runs every prompt through an engine on `runner` at once; the sinks, in prompt order.
 std::vector<std::shared_ptr<Sink>> RunAll(ModelRunner& runner, const EngineOptions& eo,
-                                          const std::vector<std::vector<int32_t>>& prompts, EngineStats* stats) {
+                                          const std::vector<std::vector<int32_t>>& prompts, EngineStats* stats,
+                                          int64_t max_tokens = 9) {
   std::vector<std::shared_ptr<Sink>> sinks;
   auto engine = Engine::Create(runner, eo);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
@@ -89,7 +94,7 @@ std::vector<std::shared_ptr<Sink>> RunAll(ModelRunner& runner, const EngineOptio
   for (const auto& prompt : prompts) {
     RequestParams p;
     p.prompt = prompt;
-    p.max_tokens = 9;
+    p.max_tokens = max_tokens;
     p.ignore_eos = true;
     sinks.push_back(std::make_shared<Sink>());
     EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
@@ -261,6 +266,75 @@ TEST_F(DisaggRunnerEngine, RefusesRunnersThatDiffer) {
   auto decode = MakeRunner(*model_, eo);
   auto [a, b] = MakeLoopbackPair();
   EXPECT_EQ(DisaggRunner::Create(*prefill, *decode, *a, *b, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Speculative decoding over the pair: verify pieces and commits run on the runner that holds the
+// sequence. n-gram drafts on repetitive prompts (glm5_tiny) and MTP drafts (the trained glm5_mini,
+// k = 2): the outputs are the colocated engine's, and with MTP the drafts too — the same number
+// proposed and accepted — which they would not be if the MTP keys or hidden state were lost in
+// the hand-off (the first drafts after it would come from a cold MTP cache).
+TEST(DisaggSpeculation, OutputsAndDraftsEqualTheColocatedEngine) {
+  for (const char* method : {"ngram", "mtp"}) {
+    SCOPED_TRACE(method);
+    const bool mtp = std::string(method) == "mtp";
+    auto m = Model::Load(Fixture(mtp ? "glm5_mini" : "glm5_tiny"));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EngineOptions eo = Options();
+    eo.kv_memory_bytes = 32 << 20;
+    eo.speculative.method = method;
+    eo.speculative.num_speculative_tokens = mtp ? 2 : 3;
+    if (!mtp) eo.speculative.prompt_lookup_min = 1;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int32_t base : {5, 300, 777}) {  // an 8-token unit 5 times and its first 3 again (n-gram drafts)
+      std::vector<int32_t> p;
+      for (int r = 0; r < 5; ++r)
+        for (int32_t t = 0; t < 8; ++t) p.push_back(base + t * 3);
+      for (int32_t t = 0; t < 3; ++t) p.push_back(base + t * 3);
+      prompts.push_back(p);
+    }
+    if (!mtp) {  // "echo" prompts X Y X, Y the model's greedy continuation of X: the lookup proposes Y
+      EngineOptions plain = eo;
+      plain.speculative = {};
+      auto r = MakeRunner(**m, plain);
+      EngineStats st;
+      const auto cont = RunAll(*r, plain, prompts, &st, 24);
+      ASSERT_EQ(cont.size(), prompts.size());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::vector<int32_t> x = prompts[i];
+        prompts[i].insert(prompts[i].end(), cont[i]->ids.begin(), cont[i]->ids.end());
+        prompts[i].insert(prompts[i].end(), x.begin(), x.end());
+      }
+    }
+    EngineStats col_stats, dis_stats;
+    auto colocated = MakeRunner(**m, eo);
+    const auto want = RunAll(*colocated, eo, prompts, &col_stats, 24);
+    auto prefill = MakeRunner(**m, eo), decode = MakeRunner(**m, eo);
+    auto [tx, rx] = TcpPair();
+    ASSERT_TRUE(tx && rx);
+    auto dis = DisaggRunner::Create(*prefill, *decode, *tx, *rx, {});
+    ASSERT_TRUE(dis.ok()) << dis.status().ToString();
+    EXPECT_TRUE((*dis)->capacity().speculative);
+    EXPECT_EQ((*dis)->capacity().mtp_drafts, mtp ? 2 : 0);
+    const auto got = RunAll(**dis, eo, prompts, &dis_stats, 24);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i]->reason, FinishReason::kLength) << got[i]->status.ToString();
+      EXPECT_EQ(got[i]->ids, want[i]->ids) << "prompt " << i;
+    }
+    EXPECT_EQ((*dis)->stats().transfers, static_cast<int64_t>(prompts.size()));
+    EXPECT_GT(dis_stats.spec_verify_pieces, 0);
+    if (mtp) EXPECT_GT(dis_stats.spec_accepted_tokens, 0);  // (glm5_tiny's random weights reject n-gram drafts)
+    EXPECT_EQ(dis_stats.spec_draft_tokens, col_stats.spec_draft_tokens);
+    EXPECT_EQ(dis_stats.spec_accepted_tokens, col_stats.spec_accepted_tokens);
+    EXPECT_EQ(dis_stats.kv_pages_used, 0);
+    EXPECT_EQ(dis_stats.kda_slots_used, 0);
+    std::printf("[ disagg spec ] %s: %lld verify pieces, %lld/%lld drafts accepted (colocated %lld/%lld)\n", method,
+                static_cast<long long>(dis_stats.spec_verify_pieces),
+                static_cast<long long>(dis_stats.spec_accepted_tokens),
+                static_cast<long long>(dis_stats.spec_draft_tokens),
+                static_cast<long long>(col_stats.spec_accepted_tokens),
+                static_cast<long long>(col_stats.spec_draft_tokens));
+  }
 }
 
 }  // namespace
