@@ -11,6 +11,7 @@
 #include <random>
 
 #include <algorithm>
+#include <cstring>
 
 #include "ops/basic.h"
 #include "ops/reference.h"
@@ -368,6 +369,20 @@ TEST_P(MtpSteps, RunnerDraftsEqualTheLayerOverTheCommittedSequence) {
   std::vector<int32_t> verify = {t.id, cont[1], cont[2], static_cast<int32_t>((Greedy(*m, seq, 4)[3] + 1) % V)};
   t = step(0, pages0, 13, verify, true, k, true, &seq);
   ASSERT_EQ(seq.size(), 16u) << "the verify piece should accept its two greedy drafts";
+  // The slot's MTP hidden state (the tail of its slot image) is that of the last accepted token.
+  {
+    const int64_t D = m->config().hidden_size;
+    std::vector<std::byte> img(r.capacity().bytes_per_slot);
+    ASSERT_TRUE(r.ReadSlotState(0, img).ok());
+    std::vector<float> got(D);
+    std::memcpy(got.data(), img.data() + img.size() - D * sizeof(float), D * sizeof(float));
+    SequenceState st = m->NewSequence();
+    std::vector<float> logits, hidden;
+    SeqInput in{&st, seq, false, &hidden};
+    ASSERT_TRUE(m->Forward(std::span<const SeqInput>(&in, 1), &logits).ok());
+    const std::vector<float> want(hidden.end() - D, hidden.end());
+    EXPECT_LT(ops::Compare(got, want).rel_l2, 1e-4) << "the commit kept another row's hidden state";
+  }
   // A decode piece after the commit: the slot's hidden state is the last accepted row's.
   const int32_t bonus = t.rows[2].first;
   t = step(0, pages0, 16, {bonus}, false, k, true, &seq);
