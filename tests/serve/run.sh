@@ -2,8 +2,9 @@
 # Integration test of `gyre serve` with the official OpenAI Node client.
 # Usage: tests/serve/run.sh GYRE_BIN MODEL_DIR
 #
-# Starts three servers on loopback with --port 0 (main; --api-key; a one-request queue for 429),
-# waits for /health, runs openai_client.test.mjs with node:test, then stops the servers with
+# Starts the servers on loopback with --port 0 (main; --api-key; a one-request queue for 429; image
+# inputs; glm5_mini with and without MTP speculative decoding), waits for /health, runs the
+# *.test.mjs files with node:test, then stops the servers with
 # SIGTERM and checks that each exits 0 (graceful shutdown). Installs the pinned npm packages
 # (package-lock.json) with `npm ci` when node_modules is missing. Exit code: node's, or 1.
 set -u
@@ -77,13 +78,32 @@ start vision --served-model-name "$NAME" --kv-memory 16M --max-model-len 1024 \
 URL_VISION=$URL
 MODEL=$MODEL_SAVED
 
+# MTP speculative decoding (speculative.test.mjs): the trained glm5_mini (it has an MTP layer),
+# with and without --speculative-config.
+MINI="$ROOT/tests/fixtures/glm5_mini"
+MODEL_SAVED=$MODEL
+MODEL=$MINI
+start mtp --served-model-name "$NAME" --kv-memory 32M --max-model-len 1024 \
+  --speculative-config '{"method":"mtp","num_speculative_tokens":2}'
+URL_MTP=$URL
+start mtpplain --served-model-name "$NAME" --kv-memory 32M --max-model-len 1024
+URL_MTP_PLAIN=$URL
+MODEL=$MODEL_SAVED
+# A model without an MTP layer refuses the method at startup, with the reason.
+if (cd "$ROOT" && "$GYRE" serve --model "$MODEL" --host 127.0.0.1 --port 0 \
+      --speculative-config '{"method":"mtp","num_speculative_tokens":1}') >"$TMP/nomtp.out" 2>"$TMP/nomtp.err"; then
+  echo "run.sh: FAIL a model without an MTP layer started with method mtp"; exit 1
+fi
+grep -q "MTP layer" "$TMP/nomtp.err" || { echo "run.sh: FAIL no reason given:"; cat "$TMP/nomtp.err"; exit 1; }
+
 (cd "$HERE" && GYRE_URL=$URL_MAIN GYRE_URL_AUTH=$URL_AUTH GYRE_URL_SMALLQ=$URL_SMALLQ GYRE_MODEL_NAME=$NAME \
   GYRE_API_KEY=$KEY GYRE_MAX_MODEL_LEN=$MAX_MODEL_LEN GYRE_URL_VISION=$URL_VISION GYRE_MEDIA_DIR=$MEDIA_DIR \
-  node --test --test-reporter=spec openai_client.test.mjs images.test.mjs)
+  GYRE_URL_MTP=$URL_MTP GYRE_URL_MTP_PLAIN=$URL_MTP_PLAIN \
+  node --test --test-reporter=spec openai_client.test.mjs images.test.mjs speculative.test.mjs)
 rc=$?
 
 # Graceful shutdown: SIGTERM → exit 0 within a few seconds.
-for name in main auth smallq vision; do
+for name in main auth smallq vision mtp mtpplain; do
   eval "pid=\$PID_$name"
   kill -TERM "$pid" 2>/dev/null
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
