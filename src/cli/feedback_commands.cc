@@ -790,7 +790,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
     int repeats = 10;
     double sample_time = 0.02, threshold = 10, alpha = 0.05;
     uint64_t seed = 1;
-    bool no_registry = false, json = false;
+    bool no_registry = false, json = false, no_interleave = false;
   };
   auto bs = std::make_shared<BenchOpsArgs>();
   auto* bops = bench->add_subcommand(
@@ -810,6 +810,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   bops->add_option("--max-bytes", bs->max_bytes, "skip shapes whose inputs exceed this (e.g. 1G, 256M)")
       ->capture_default_str();
   bops->add_option("--seed", bs->seed)->capture_default_str();
+  bops->add_flag("--no-interleave", bs->no_interleave,
+                 "take each shape's samples back to back (default: in rounds over groups of shapes, so a "
+                 "shape's samples span the run and slow machine drift does not read as a change)");
   bops->add_option("--ceilings", bs->ceilings, "ceilings JSON (default: measure in this run)");
   bops->add_option("--out", bs->out, "sweep JSON (default stdout)");
   bops->add_option("--baseline", bs->baseline, "an earlier sweep: compare, report, exit 1 if any shape got slower");
@@ -888,6 +891,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       ro.sample_s = bs->sample_time;
       ro.seed = bs->seed;
       ro.progress = true;
+      ro.interleave = !bs->no_interleave;
       auto sweep = feedback::RunOpSweep(shapes, ro, *ceil, meta);
       if (!sweep) return Fail(sweep.status());
       // With a baseline and no --out, stdout carries the comparison; the sweep goes to --out only.

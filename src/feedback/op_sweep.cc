@@ -148,54 +148,98 @@ Result<json> RunOpSweep(const std::vector<SweepShape>& shapes, const SweepRunOpt
                         const json& meta_extra) {
   if (o.repeats < 2) return Status::InvalidArgument("op sweep: --repeats must be >= 2 (a distribution is compared)");
   if (!(o.sample_s > 0)) return Status::InvalidArgument("op sweep: --sample-time must be > 0");
-  json entries = json::array(), skipped = json::array();
-  size_t index = 0;
-  for (const SweepShape& s : shapes) {
-    ++index;
+  json skipped = json::array();
+  // Timed shapes, prepared in groups whose inputs fit `group_bytes` together. Within a group the
+  // samples are taken in rounds (one sample of every shape per round, the starting shape rotated
+  // each round), so each shape's distribution spans the group's whole timing window instead of a
+  // fraction of a second: slow drift of a shared machine then widens the distributions instead of
+  // shifting one shape against the next run (the A/A noise measured on 2026-12-04).
+  struct Timed {
+    size_t index;  // into `shapes`
+    std::function<void()> run;
+    int64_t iters = 1;
+    std::vector<double> ns;
+  };
+  std::vector<json> entry_of(shapes.size());
+  std::vector<size_t> order;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const SweepShape& s = shapes[i];
     if (!s.skip.empty()) {
       skipped.push_back({{"op", s.op->name}, {"shape", s.shape.label}, {"source", s.source}, {"reason", s.skip}});
-      continue;
-    }
-    const ops::Cost cost = s.op->cost(s.shape);
-    const int rotate = static_cast<int>(std::clamp(64.0 * (1 << 20) / std::max(cost.bytes, 1.0), 1.0, 8.0));
-    Result<std::function<void()>> prepared = s.op->prepare(s.shape, o.seed, ops::Backend::kCpu, rotate);
-    if (!prepared) {
-      return Status(prepared.status().code(),
-                    s.op->name + " " + s.shape.label + " (" + s.source + "): " + prepared.status().message());
-    }
-    const std::function<void()>& run = *prepared;
-    for (int i = 0; i < 2; ++i) run();  // warm-up
-    auto t0 = Clock::now();
-    run();
-    const double one = std::max(Seconds(t0), 1e-8);
-    const int64_t iters = std::max<int64_t>(1, static_cast<int64_t>(o.sample_s / one));
-    std::vector<double> ns;
-    for (int r = 0; r < o.repeats; ++r) {
-      t0 = Clock::now();
-      for (int64_t i = 0; i < iters; ++i) run();
-      ns.push_back(Seconds(t0) * 1e9 / static_cast<double>(iters));
-    }
-    const double med = Median(ns);
-    const double bound_s = std::max(cost.flops / (ceil.gemm_gflops * 1e9), cost.bytes / (ceil.mem_bw_gbs * 1e9));
-    entries.push_back({{"op", s.op->name},
-                       {"shape", s.shape.label},
-                       {"dims", s.shape.dims},
-                       {"source", s.source},
-                       {"samples_ns", ns},
-                       {"iters_per_sample", iters},
-                       {"median_ns", med},
-                       {"iqr_ns", Iqr(ns)},
-                       {"flops", cost.flops},
-                       {"bytes", cost.bytes},
-                       {"roofline_pct", 100.0 * bound_s / (med * 1e-9)}});
-    if (o.progress) {
-      std::fprintf(stderr, "bench ops: [%zu/%zu] %s %s (%s): median %.3f us\n", index, shapes.size(),
-                   s.op->name.c_str(), s.shape.label.c_str(), s.source.c_str(), med / 1e3);
+    } else {
+      order.push_back(i);
     }
   }
+  auto rotate_of = [](const ops::Cost& cost) {
+    return static_cast<int>(std::clamp(64.0 * (1 << 20) / std::max(cost.bytes, 1.0), 1.0, 8.0));
+  };
+  size_t done = 0, groups = 0;
+  for (size_t g0 = 0; g0 < order.size();) {
+    // The group: shapes from g0 while their inputs (bytes × rotated sets) fit the budget; at least one.
+    size_t g1 = g0;
+    double held = 0;
+    while (g1 < order.size()) {
+      const ops::Cost cost = shapes[order[g1]].op->cost(shapes[order[g1]].shape);
+      const double b = cost.bytes * rotate_of(cost);
+      if (g1 > g0 && (!o.interleave || held + b > o.group_bytes)) break;
+      held += b;
+      ++g1;
+    }
+    ++groups;
+    std::vector<Timed> group;
+    for (size_t k = g0; k < g1; ++k) {
+      const SweepShape& s = shapes[order[k]];
+      Result<std::function<void()>> prepared =
+          s.op->prepare(s.shape, o.seed, ops::Backend::kCpu, rotate_of(s.op->cost(s.shape)));
+      if (!prepared) {
+        return Status(prepared.status().code(),
+                      s.op->name + " " + s.shape.label + " (" + s.source + "): " + prepared.status().message());
+      }
+      Timed t{order[k], std::move(*prepared)};
+      for (int i = 0; i < 2; ++i) t.run();  // warm-up
+      const auto t0 = Clock::now();
+      t.run();
+      const double one = std::max(Seconds(t0), 1e-8);
+      t.iters = std::max<int64_t>(1, static_cast<int64_t>(o.sample_s / one));
+      group.push_back(std::move(t));
+    }
+    for (int r = 0; r < o.repeats; ++r) {
+      for (size_t j = 0; j < group.size(); ++j) {
+        Timed& t = group[(j + static_cast<size_t>(r)) % group.size()];
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < t.iters; ++i) t.run();
+        t.ns.push_back(Seconds(t0) * 1e9 / static_cast<double>(t.iters));
+      }
+    }
+    for (Timed& t : group) {
+      const SweepShape& s = shapes[t.index];
+      const ops::Cost cost = s.op->cost(s.shape);
+      const double med = Median(t.ns);
+      const double bound_s = std::max(cost.flops / (ceil.gemm_gflops * 1e9), cost.bytes / (ceil.mem_bw_gbs * 1e9));
+      entry_of[t.index] = {{"op", s.op->name},
+                           {"shape", s.shape.label},
+                           {"dims", s.shape.dims},
+                           {"source", s.source},
+                           {"samples_ns", t.ns},
+                           {"iters_per_sample", t.iters},
+                           {"median_ns", med},
+                           {"iqr_ns", Iqr(t.ns)},
+                           {"flops", cost.flops},
+                           {"bytes", cost.bytes},
+                           {"roofline_pct", 100.0 * bound_s / (med * 1e-9)}};
+      if (o.progress) {
+        std::fprintf(stderr, "bench ops: [%zu/%zu] %s %s (%s): median %.3f us\n", ++done, order.size(),
+                     s.op->name.c_str(), s.shape.label.c_str(), s.source.c_str(), med / 1e3);
+      }
+    }
+    g0 = g1;
+  }
+  json entries = json::array();
+  for (size_t i : order) entries.push_back(std::move(entry_of[i]));
   json meta = {{"date", UtcNow()},           {"gyre_commit", GitCommit()},  {"machine", MachineInfo()},
                {"backend", "cpu"},           {"repeats", o.repeats},        {"sample_s", o.sample_s},
-               {"seed", o.seed},             {"ceilings", ceil.Json()}};
+               {"seed", o.seed},             {"ceilings", ceil.Json()},
+               {"interleaved", o.interleave}, {"groups", groups}};
   for (const auto& [k, v] : meta_extra.items()) meta[k] = v;
   return json{{"kind", "gyre_op_sweep"}, {"meta", meta}, {"entries", entries}, {"skipped", skipped}};
 }

@@ -6,8 +6,9 @@
 //     `context`) and in prefill (T = `tokens`), named after the layer part (e.g. "decode:kda.qkv").
 //     Shapes whose inputs would exceed `max_bytes` are listed as skipped with the reason.
 //   RunOpSweep: per shape, `repeats` samples of the op's CPU backend (inputs rotated over several
-//     sets as `gyre bench op` does); the samples are kept in the result, so a later comparison has
-//     the distribution, not a summary.
+//     sets as `gyre bench op` does), taken in rounds over groups of shapes (SweepRunOptions::
+//     interleave); the samples are kept in the result, so a later comparison has the distribution,
+//     not a summary.
 //   CompareOpSweeps: per (op, shape, source) present in both files, the median ratio B/A, its
 //     bootstrap 95% interval, and the two-sided Mann–Whitney p-value. A change is named only when
 //     (1) Holm's step-down procedure over all compared shapes keeps the family-wise error at
@@ -57,6 +58,10 @@ struct SweepRunOptions {
   double sample_s = 0.02;  // target duration of one sample (iterations per sample are calibrated)
   uint64_t seed = 1;
   bool progress = false;   // a line per shape on stderr
+  // Samples in rounds over groups of shapes whose inputs fit group_bytes together (each shape's
+  // samples span its group's timing window); false: one shape's samples back to back (the old way).
+  bool interleave = true;
+  double group_bytes = 2.0 * (1 << 30);
 };
 
 // {"kind": "gyre_op_sweep", "meta": {...}, "entries": [...], "skipped": [...]}.

@@ -135,6 +135,26 @@ TEST(OpSweep, RunKeepsEverySample) {
     ASSERT_EQ(e["samples_ns"].size(), 3u);
     for (const auto& x : e["samples_ns"]) EXPECT_GT(x.get<double>(), 0);
   }
+  EXPECT_EQ((*j)["meta"]["interleaved"], true);
+  EXPECT_EQ((*j)["meta"]["groups"], 1);  // these small shapes fit one group
+  // Entries come in the shapes' order whatever the grouping: one shape per group, and back to back.
+  std::vector<std::string> want;
+  for (const auto& s : shapes)
+    if (s.skip.empty()) want.push_back(s.op->name + " " + s.shape.label + " " + s.source);
+  for (bool interleave : {true, false}) {
+    ro.interleave = interleave;
+    ro.group_bytes = 1;  // every shape alone
+    auto k = RunOpSweep(shapes, ro, ceil, json::object());
+    ASSERT_TRUE(k.ok());
+    std::vector<std::string> got;
+    for (const auto& e : (*k)["entries"]) {
+      got.push_back(e["op"].get<std::string>() + " " + e["shape"].get<std::string>() + " " +
+                    e["source"].get<std::string>());
+      EXPECT_EQ(e["samples_ns"].size(), 3u);
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ((*k)["meta"]["groups"], static_cast<int64_t>(timed));
+  }
   ro.repeats = 1;
   EXPECT_EQ(RunOpSweep(shapes, ro, ceil, json::object()).status().code(), StatusCode::kInvalidArgument);
 }
