@@ -487,15 +487,19 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
     std::string a, b;
     double threshold = 2.0;
     bool json = false;
+    std::vector<std::string> baseline_runs;
   };
   auto ca = std::make_shared<CmpArgs>();
   auto* cmp = app.add_subcommand("compare", "per-metric change between two result files with noise-aware verdicts");
   cmp->add_option("a", ca->a)->required();
   cmp->add_option("b", ca->b)->required();
   cmp->add_option("--threshold", ca->threshold, "minimum effect in percent (default 2)");
+  cmp->add_option("--baseline-run", ca->baseline_runs,
+                  "op sweeps only: another run of A's build (repeatable); the verdicts then test against the "
+                  "variation between runs");
   cmp->add_flag("--json", ca->json);
   cmp->callback([ca, runner] {
-    *runner = [ca] { return feedback::RunCompareCli(ca->a, ca->b, ca->json, ca->threshold); };
+    *runner = [ca] { return feedback::RunCompareCli(ca->a, ca->b, ca->json, ca->threshold, ca->baseline_runs); };
   });
 
   // ---- analyze ----
@@ -791,6 +795,7 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
     double sample_time = 0.02, threshold = 10, alpha = 0.05;
     uint64_t seed = 1;
     bool no_registry = false, json = false, no_interleave = false;
+    std::vector<std::string> baseline_runs;
   };
   auto bs = std::make_shared<BenchOpsArgs>();
   auto* bops = bench->add_subcommand(
@@ -816,6 +821,9 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
   bops->add_option("--ceilings", bs->ceilings, "ceilings JSON (default: measure in this run)");
   bops->add_option("--out", bs->out, "sweep JSON (default stdout)");
   bops->add_option("--baseline", bs->baseline, "an earlier sweep: compare, report, exit 1 if any shape got slower");
+  bops->add_option("--baseline-run", bs->baseline_runs,
+                   "another sweep of the baseline's build (repeatable): the comparison then tests against the "
+                   "variation between runs, not within one (docs/feedback.md)");
   bops->add_option("--threshold", bs->threshold, "minimum effect in percent")->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
   bops->add_option("--alpha", bs->alpha, "family-wise error rate over all shapes (Holm)")->capture_default_str()
@@ -903,6 +911,16 @@ void AddFeedbackCommands(CLI::App& app, std::function<int()>* runner) {
       feedback::SweepCompareOptions co;
       co.threshold = bs->threshold / 100;
       co.alpha = bs->alpha;
+      std::vector<nlohmann::json> runs;
+      for (const std::string& f : bs->baseline_runs) {
+        auto text = ReadFile(f);
+        if (!text) return Fail(text.status());
+        nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded() || !feedback::IsOpSweepJson(j))
+          return Fail(Status::InvalidArgument(f + " is not an op sweep (gyre bench ops --out)"));
+        runs.push_back(std::move(j));
+      }
+      for (const auto& j : runs) co.extra_baselines.push_back(&j);
       auto report = feedback::CompareOpSweeps(baseline, *sweep, co);
       if (!report) return Fail(report.status());
       if (bs->json) {

@@ -471,7 +471,7 @@ json CompareReport::Json() const {
 }
 
 int RunCompareCli(const std::string& a, const std::string& b, bool json_out, double threshold_pct,
-                  std::ostream& out, std::ostream& err) {
+                  std::ostream& out, std::ostream& err, const std::vector<std::string>& baseline_runs) {
   if (!(threshold_pct >= 0) || !std::isfinite(threshold_pct)) {
     err << "gyre compare: --threshold must be a non-negative number of percent\n";
     return 2;
@@ -484,6 +484,16 @@ int RunCompareCli(const std::string& a, const std::string& b, bool json_out, dou
     if (ja && jb && (IsOpSweepJson(*ja) || IsOpSweepJson(*jb))) {
       SweepCompareOptions so;
       so.threshold = threshold_pct / 100;
+      std::vector<json> runs;
+      for (const std::string& f : baseline_runs) {
+        Result<json> j = LoadJson(f);
+        if (!j || !IsOpSweepJson(*j)) {
+          err << "gyre compare: --baseline-run " << f << " is not an op sweep (gyre bench ops --out)\n";
+          return 2;
+        }
+        runs.push_back(std::move(*j));
+      }
+      for (const json& j : runs) so.extra_baselines.push_back(&j);
       Result<SweepCompareReport> report = CompareOpSweeps(*ja, *jb, so);
       if (!report) {
         err << "gyre compare: " << report.status().message() << "\n";
@@ -491,6 +501,10 @@ int RunCompareCli(const std::string& a, const std::string& b, bool json_out, dou
       }
       out << (json_out ? report->Json().dump(2) + "\n" : report->Human());
       return 0;
+    }
+    if (!baseline_runs.empty()) {
+      err << "gyre compare: --baseline-run applies to op sweeps (gyre bench ops) only\n";
+      return 2;
     }
     if (ja && jb && IsServeBenchJson(*ja) && IsServeBenchJson(*jb)) {
       Result<ServeRun> sa = ParseServeRun(*ja), sb = ParseServeRun(*jb);
@@ -536,8 +550,9 @@ int RunCompareCli(const std::string& a, const std::string& b, bool json_out, dou
   return 0;
 }
 
-int RunCompareCli(const std::string& a, const std::string& b, bool json_out, double threshold_pct) {
-  return RunCompareCli(a, b, json_out, threshold_pct, std::cout, std::cerr);
+int RunCompareCli(const std::string& a, const std::string& b, bool json_out, double threshold_pct,
+                  const std::vector<std::string>& baseline_runs) {
+  return RunCompareCli(a, b, json_out, threshold_pct, std::cout, std::cerr, baseline_runs);
 }
 
 }  // namespace gyre::feedback

@@ -129,11 +129,14 @@ CompareReport CompareRuns(const RunResult& a, const RunResult& b,
 // of serve_compare.h is printed instead (headline verdict, settings warnings); when they are
 // serve files without records, the generic comparison with a note saying so; when either is a
 // `gyre bench ops` sweep, the per-(op, shape) comparison of op_sweep.h (threshold_pct is its
-// practical effect). Returns 0 when both files were read (verdicts are information, not failure), 2 when an
-// input cannot be read or parsed or threshold_pct is negative (message on `err`).
+// practical effect; `baseline_runs`, more sweeps of A's build, switch it to the between-run test).
+// Returns 0 when both files were read (verdicts are information, not failure), 2 when an input
+// cannot be read or parsed, threshold_pct is negative, or baseline_runs are given for files that
+// are not op sweeps (message on `err`).
 int RunCompareCli(const std::string& a, const std::string& b, bool json, double threshold_pct,
-                  std::ostream& out, std::ostream& err);
+                  std::ostream& out, std::ostream& err, const std::vector<std::string>& baseline_runs = {});
 // Same, on std::cout / std::cerr.
-int RunCompareCli(const std::string& a, const std::string& b, bool json, double threshold_pct);
+int RunCompareCli(const std::string& a, const std::string& b, bool json, double threshold_pct,
+                  const std::vector<std::string>& baseline_runs = {});
 
 }  // namespace gyre::feedback

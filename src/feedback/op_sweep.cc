@@ -270,6 +270,43 @@ Result<SweepCompareReport> CompareOpSweeps(const json& a, const json& b, const S
   };
   std::map<std::string, const json*> in_b;
   for (const auto& e : b["entries"]) in_b[key(e)] = &e;
+  // Extra baseline runs: key → that run's median, per run.
+  std::vector<std::map<std::string, double>> extra;
+  for (const json* x : o.extra_baselines) {
+    if (x == nullptr || !IsOpSweepJson(*x)) return Status::InvalidArgument("an extra baseline is not an op sweep");
+    std::map<std::string, double> med;
+    for (const auto& e : (*x)["entries"]) {
+      Result<std::vector<double>> v = samples(e);
+      if (!v) return Status::InvalidArgument("extra baseline: " + key(e) + ": " + v.status().message());
+      if (!v->empty()) med[key(e)] = Median(*v);
+    }
+    extra.push_back(std::move(med));
+  }
+  const bool between = !extra.empty();
+  auto phase = [](const std::string& source) { return source.substr(0, source.find(':')); };
+  // Between-run variance of log medians, pooled per (op, phase): sum of squares and df.
+  std::map<std::string, std::pair<double, int>> pooled;
+  std::map<std::string, std::vector<double>> base_logs;  // key → log medians of the baseline runs
+  if (between) {
+    for (const auto& ea : a["entries"]) {
+      const std::string k = key(ea);
+      if (!in_b.count(k)) continue;
+      Result<std::vector<double>> sa = samples(ea);
+      if (!sa || sa->empty()) continue;
+      std::vector<double> logs = {std::log(Median(*sa))};
+      for (const auto& m : extra) {
+        const auto it = m.find(k);
+        if (it != m.end()) logs.push_back(std::log(it->second));
+      }
+      if (logs.size() >= 2) {
+        const double mean = Mean(logs);
+        auto& [ss, df] = pooled[ea.value("op", "") + "|" + phase(ea.value("source", ""))];
+        for (double l : logs) ss += (l - mean) * (l - mean);
+        df += static_cast<int>(logs.size()) - 1;
+      }
+      base_logs[k] = std::move(logs);
+    }
+  }
   SweepCompareReport r;
   std::map<std::string, bool> seen_in_a;
   struct Pending {
@@ -296,9 +333,33 @@ Result<SweepCompareReport> CompareOpSweeps(const json& a, const json& b, const S
     c.source = ea.value("source", "");
     c.median_a_ns = Median(*sa);
     c.median_b_ns = Median(*sb);
+    if (between && base_logs.count(k)) {
+      const std::vector<double>& logs = base_logs[k];
+      c.baseline_runs = static_cast<int>(logs.size());
+      c.median_a_ns = std::exp(Mean(logs));
+    }
     c.ratio = c.median_b_ns / c.median_a_ns;
     log_sum += std::log(c.ratio);
     ++log_n;
+    if (between) {
+      const auto pit = pooled.find(c.op + "|" + phase(c.source));
+      if (pit == pooled.end() || pit->second.second < 1 || !(pit->second.first > 0) || c.baseline_runs < 2) {
+        c.verdict = "too few samples";  // no between-run variance for this op and phase
+        r.changes.push_back(c);
+        continue;
+      }
+      const double df = pit->second.second;
+      c.between_sd = std::sqrt(pit->second.first / df);
+      const double se = c.between_sd * std::sqrt(1 + 1.0 / c.baseline_runs);
+      const double d = std::log(c.ratio), tq = StudentTQuantile(0.975, df);
+      c.ci_lo = std::exp(d - tq * se);
+      c.ci_hi = std::exp(d + tq * se);
+      c.p_value = StudentTTwoSidedP(d / se, df);
+      c.verdict = "no detectable change";
+      tests.push_back({r.changes.size(), c.p_value});
+      r.changes.push_back(c);
+      continue;
+    }
     if (sa->size() < 3 || sb->size() < 3) {
       c.verdict = "too few samples";
       r.changes.push_back(c);
@@ -333,7 +394,15 @@ Result<SweepCompareReport> CompareOpSweeps(const json& a, const json& b, const S
       ++r.num_faster;
     }
   }
-  if (m > 0) {
+  if (between) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "noise: the variation between %zu runs of the baseline (t test per shape, variance pooled per "
+                  "op and phase)",
+                  extra.size() + 1);
+    r.notes.push_back(buf);
+  }
+  if (m > 0 && !between) {
     const double min_p = MannWhitneyMinP(static_cast<int>(a["entries"][0]["samples_ns"].size()),
                                          static_cast<int>(b["entries"][0]["samples_ns"].size()));
     if (min_p > o.alpha / static_cast<double>(m)) {
@@ -376,6 +445,8 @@ json SweepCompareReport::Json() const {
                   {"ratio", c.ratio},
                   {"ci95", {c.ci_lo, c.ci_hi}},
                   {"p_value", c.p_value},
+                  {"baseline_runs", c.baseline_runs},
+                  {"between_run_sd_log", c.between_sd},
                   {"verdict", c.verdict}});
   }
   std::string headline = num_slower > 0 ? "slower" : num_faster > 0 ? "faster" : "no detectable change";

@@ -10,7 +10,8 @@
 //     interleave); the samples are kept in the result, so a later comparison has the distribution,
 //     not a summary.
 //   CompareOpSweeps: per (op, shape, source) present in both files, the median ratio B/A, its
-//     bootstrap 95% interval, and the two-sided Mann–Whitney p-value. A change is named only when
+//     bootstrap 95% interval, and the two-sided Mann–Whitney p-value (with extra runs of the
+//     baseline: a t test against the between-run variance instead; SweepCompareOptions). A change is named only when
 //     (1) Holm's step-down procedure over all compared shapes keeps the family-wise error at
 //     `alpha`, (2) the ratio exceeds 1 ± `threshold` (a practical effect, since runs on a shared
 //     machine drift), and (3) the bootstrap interval excludes 1. The geometric mean ratio over
@@ -74,11 +75,21 @@ struct SweepCompareOptions {
   double threshold = 0.10;  // practical effect: |ratio - 1| must exceed this
   double alpha = 0.05;      // family-wise error over all compared shapes (Holm)
   uint64_t seed = 1;        // bootstrap
+  // More runs of the baseline build (each an op sweep; not owned). With at least one, the noise
+  // that decides is the variation *between runs*, which on a shared machine dwarfs the spread of
+  // one run's samples (docs/feedback.md "The op sweep"): per shape the baseline is the mean of
+  // the runs' log medians, and the log ratio of B's median to it is tested with Student's t
+  // against the between-run variance of log medians pooled over the shapes of the same op and
+  // phase (registry / decode / prefill), scaled by 1 + 1/R for R baseline runs; the interval is
+  // that t interval. Holm, the threshold and the interval rule are as without them.
+  std::vector<const nlohmann::json*> extra_baselines;
 };
 
 struct SweepChange {
   std::string op, shape, source;
   double median_a_ns = 0, median_b_ns = 0, ratio = 1, ci_lo = 1, ci_hi = 1, p_value = 1;
+  int baseline_runs = 1;     // runs behind median_a_ns (the geometric mean of their medians when > 1)
+  double between_sd = 0;     // extra baselines: the pooled between-run sd of log medians used
   std::string verdict;  // "slower", "faster", "no detectable change", "too few samples"
 };
 

@@ -39,6 +39,22 @@ struct MwuCase {
   double u, p_exact, p_asymptotic;
 };
 
+// Student's t against closed forms (df 1: 1/2 + atan(t)/π; df 2: 1/2 + t / (2·sqrt(2 + t²))) and
+// table quantiles (scipy.stats.t.ppf).
+TEST(StatsTest, StudentTKnownValues) {
+  for (double t : {-3.0, -0.5, 0.0, 0.7, 2.0, 12.0}) {
+    EXPECT_NEAR(StudentTCdf(t, 1), 0.5 + std::atan(t) / M_PI, 1e-12) << t;
+    EXPECT_NEAR(StudentTCdf(t, 2), 0.5 + t / (2 * std::sqrt(2 + t * t)), 1e-12) << t;
+    EXPECT_NEAR(StudentTTwoSidedP(t, 2), 2 * (1 - StudentTCdf(std::abs(t), 2)), 1e-12) << t;
+  }
+  EXPECT_NEAR(StudentTQuantile(0.975, 1), 12.706204736, 1e-6);
+  EXPECT_NEAR(StudentTQuantile(0.975, 5), 2.570581836, 1e-6);
+  EXPECT_NEAR(StudentTQuantile(0.975, 10), 2.228138852, 1e-6);
+  EXPECT_NEAR(StudentTQuantile(0.975, 1e6), 1.959966, 1e-5);  // the normal's
+  EXPECT_NEAR(StudentTQuantile(0.5, 7), 0.0, 1e-6);
+  EXPECT_DOUBLE_EQ(StudentTTwoSidedP(0.0, 4), 1.0);
+}
+
 TEST(StatsTest, MannWhitneyKnownValues) {
   const std::vector<MwuCase> cases = {
       // scipy docs: mannwhitneyu(males, females) -> U=17, p=0.1111 (exact), 0.11134688653314041
