@@ -155,6 +155,21 @@ MUTATIONS = [
         "MTP drafts: a page image (transfer) carries zeros for the MTP keys; the decode side drafts from "
         "a cold MTP cache"),
     Mutation(
+        "image_under_min_tested_on_canvas", CMP, "src/image/image.cc",
+        "  } else if (width * height < min_px) {",
+        "  } else if (s.canvas_w * s.canvas_h < min_px) {",
+        ["test_image"],
+        [B + "/test_image"],
+        "image preprocessing: 'under the minimum' tested on the rounded-up canvas instead of the image's "
+        "pixels (a 90x90 image is then padded, not upscaled)"),
+    Mutation(
+        "sweep_extra_baselines_ignored", RELEASE, "src/feedback/op_sweep.cc",
+        "        if (it != m.end()) logs.push_back(std::log(it->second));",
+        "        (void)it;",
+        ["test_feedback"],
+        [B + "/test_feedback --gtest_filter=OpSweepCompare.*"],
+        "op sweep: the extra baseline runs are read but left out of the between-run variance"),
+    Mutation(
         "min_tokens_off_by_one", OFF1, "src/ops/penalties.cc",
         "  if (num_generated < p.min_tokens) {",
         "  if (num_generated <= p.min_tokens) {",
