@@ -155,13 +155,13 @@ MUTATIONS = [
         "MTP drafts: a page image (transfer) carries zeros for the MTP keys; the decode side drafts from "
         "a cold MTP cache"),
     Mutation(
-        "image_under_min_tested_on_canvas", CMP, "src/image/image.cc",
-        "  } else if (width * height < min_px) {",
-        "  } else if (s.canvas_w * s.canvas_h < min_px) {",
+        "image_content_never_upscaled", CMP, "src/image/image.cc",
+        "  if (frames * height * width >= min_px) scale = std::min(1.0, scale);",
+        "  scale = std::min(1.0, scale);",
         ["test_image"],
         [B + "/test_image"],
-        "image preprocessing: 'under the minimum' tested on the rounded-up canvas instead of the image's "
-        "pixels (a 90x90 image is then padded, not upscaled)"),
+        "image preprocessing: the content is never upscaled (an image under the minimum is padded into "
+        "its canvas instead of filling it)"),
     Mutation(
         "sweep_extra_baselines_ignored", RELEASE, "src/feedback/op_sweep.cc",
         "        if (it != m.end()) logs.push_back(std::log(it->second));",

@@ -384,34 +384,52 @@ RgbImage ResizeBicubic(const RgbImage& in, int64_t width, int64_t height) {
 
 Result<ImageSize> PlanImageSize(int64_t width, int64_t height, const ImagePreprocessConfig& c) {
   if (width <= 0 || height <= 0) return Status::InvalidArgument("empty image");
-  const int64_t f = c.patch_size * c.merge_size;
-  if (std::max(width, height) > 200 * std::min(width, height)) {
-    return Status::InvalidArgument("image aspect ratio " + std::to_string(width) + "x" + std::to_string(height) +
-                                   " is above 200");
+  constexpr int64_t kMaxSide = int64_t{1} << 24;  // keeps every product below in int64 (decoding caps far lower)
+  if (width > kMaxSide || height > kMaxSide)
+    return Status::InvalidArgument("image side " + std::to_string(std::max(width, height)) + " px is above 16M");
+  // The rule of transformers 5.17's glm5_next image processor (read from its source, 2026-12-07):
+  // the budget counts both temporal frames of a still image, and the canvas is decided on aligned
+  // sides, the upscale of the content on the image's own pixels.
+  const int64_t f = c.patch_size * c.merge_size, frames = c.temporal_patch_size;
+  const int64_t min_px = c.min_tokens * frames * f * f, max_px = c.max_tokens * frames * f * f;
+  if (max_px < frames * f * f) return Status::InvalidArgument("max_tokens leaves no room for one aligned patch");
+  auto align = [f](int64_t v) { return (v + f - 1) / f * f; };
+  ImageSize s;
+  s.canvas_h = align(height);
+  s.canvas_w = align(width);
+  if (frames * s.canvas_h * s.canvas_w < min_px) {
+    // Too small: both sides grow by √(min / pixels), rounded up, then aligned.
+    const double scale = std::sqrt(static_cast<double>(min_px) / static_cast<double>(frames * height * width));
+    s.canvas_h = align(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(height) * scale))));
+    s.canvas_w = align(std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(width) * scale))));
   }
-  auto ceil_f = [f](int64_t v) { return (v + f - 1) / f * f; };
-  const int64_t max_px = c.max_tokens * f * f, min_px = c.min_tokens * f * f;
-  ImageSize s{width, height, ceil_f(width), ceil_f(height)};
-  if (s.canvas_w * s.canvas_h > max_px) {
-    const double beta = std::sqrt(static_cast<double>(width) * height / static_cast<double>(max_px));
-    s.content_w = std::max<int64_t>(f, static_cast<int64_t>(std::floor(width / beta / f)) * f);
-    s.content_h = std::max<int64_t>(f, static_cast<int64_t>(std::floor(height / beta / f)) * f);
-    s.canvas_w = s.content_w;
-    s.canvas_h = s.content_h;
-  } else if (width * height < min_px) {  // (the image's pixels, not its canvas': 90×90 is upscaled)
-    // Under the minimum: the canvas grows to the budget (each side rounded up to f), and the
-    // content is scaled uniformly by the smaller canvas / side ratio (truncated), so one side
-    // fills the canvas and the other is zero-padded — not stretched to the canvas. Read off the
-    // transformers 5.17 goldens (tests/fixtures/images/golden: 20×30 → content 140×93 in a
-    // 140×112 canvas, 70×90 → 108×140 in 112×140, 131×77 → 168×98 in 168×112).
-    const double beta = std::sqrt(static_cast<double>(min_px) / (static_cast<double>(width) * height));
-    s.canvas_w = static_cast<int64_t>(std::ceil(width * beta / f)) * f;
-    s.canvas_h = static_cast<int64_t>(std::ceil(height * beta / f)) * f;
-    const double scale = std::min(static_cast<double>(s.canvas_w) / static_cast<double>(width),
-                                  static_cast<double>(s.canvas_h) / static_cast<double>(height));
-    s.content_w = std::clamp<int64_t>(static_cast<int64_t>(width * scale), 1, s.canvas_w);
-    s.content_h = std::clamp<int64_t>(static_cast<int64_t>(height * scale), 1, s.canvas_h);
+  if (frames * s.canvas_h * s.canvas_w > max_px) {
+    // Too large: the largest content height (bisection over 1..height, the width following the
+    // aspect ratio, truncated) whose aligned canvas fits the budget; the same probes as the
+    // reference, so the same answer where the fit is not monotone.
+    int64_t lo = 1, hi = height, best_h = f, best_w = f;
+    while (lo <= hi) {
+      const int64_t h = (lo + hi) / 2;
+      const int64_t w = std::max<int64_t>(
+          1, static_cast<int64_t>(std::floor(static_cast<double>(width * h) / static_cast<double>(height))));
+      if (frames * align(h) * align(w) <= max_px) {
+        best_h = align(h);
+        best_w = align(w);
+        lo = h + 1;
+      } else {
+        hi = h - 1;
+      }
+    }
+    s.canvas_h = best_h;
+    s.canvas_w = best_w;
   }
+  // The content keeps its aspect ratio: scaled by the smaller canvas / side ratio, never above 1
+  // unless the image has fewer pixels than the minimum; truncated; the rest of the canvas is padding.
+  double scale = std::min(static_cast<double>(s.canvas_h) / static_cast<double>(height),
+                          static_cast<double>(s.canvas_w) / static_cast<double>(width));
+  if (frames * height * width >= min_px) scale = std::min(1.0, scale);
+  s.content_h = std::clamp<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(height) * scale)), 1, s.canvas_h);
+  s.content_w = std::clamp<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(width) * scale)), 1, s.canvas_w);
   return s;
 }
 

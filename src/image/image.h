@@ -67,8 +67,9 @@ struct ImageSize {
   int64_t canvas_w = 0, canvas_h = 0;    // multiples of patch·merge; content at the top left
 };
 
-// The resize / canvas rule of §7.6 for a width × height image. Errors: InvalidArgument for an
-// empty image or an aspect ratio above 200.
+// The resize / canvas rule of §7.6 for a width × height image, as transformers 5.17's glm5_next
+// image processor computes it (docs/vision.md "Size rule"). Errors: InvalidArgument for an empty
+// image or a side above 2^24 px.
 Result<ImageSize> PlanImageSize(int64_t width, int64_t height, const ImagePreprocessConfig& c);
 
 struct PreprocessedImage {

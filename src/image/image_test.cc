@@ -149,8 +149,15 @@ TEST(ImagePreprocess, PlanFollowsTheBudgetRule) {
   EXPECT_LE(big->canvas_w * big->canvas_h / (28 * 28), c.max_tokens);
   EXPECT_EQ(big->canvas_w % 28, 0);
   EXPECT_EQ(big->canvas_h % 28, 0);
-  EXPECT_FALSE(PlanImageSize(10, 2500, c).ok());  // aspect ratio 250
+  // No aspect-ratio limit (the reference has none): 2500 × 10 (w × h) fits a 28 × 2520 canvas.
+  auto thin = PlanImageSize(2500, 10, c);
+  ASSERT_TRUE(thin.ok());
+  EXPECT_EQ(thin->canvas_h, 28);
+  EXPECT_EQ(thin->canvas_w, 2520);
+  EXPECT_EQ(thin->content_h, 10);
+  EXPECT_EQ(thin->content_w, 2500);
   EXPECT_FALSE(PlanImageSize(0, 5, c).ok());
+  EXPECT_FALSE(PlanImageSize(int64_t{1} << 25, 5, c).ok());
 }
 
 // The grids transformers 5.17's Glm5NextImageProcessorPil gave for the test images of
@@ -163,7 +170,7 @@ TEST(ImagePreprocess, GridsMatchTheTransformersProcessor) {
   const Case cases[] = {{100, 150, 8, 12}, {336, 336, 24, 24},  {20, 30, 8, 10},      {40, 900, 4, 66},
                         {64, 200, 6, 16},  {120, 300, 10, 22},  {90, 70, 10, 8},      {77, 131, 8, 12},
                         {90, 90, 8, 8},    {375, 500, 28, 36},  {201, 157, 16, 12},   {123, 77, 12, 8},
-                        {2100, 1500, 150, 108}};
+                        {2100, 1500, 150, 108}, {2400, 2800, 166, 192}};
   for (const Case& k : cases) {
     auto s = PlanImageSize(k.w, k.h, {});
     ASSERT_TRUE(s.ok()) << k.h << "x" << k.w;
@@ -180,9 +187,12 @@ TEST(ImagePreprocess, GridsMatchTheTransformersProcessor) {
     EXPECT_EQ(s->content_h, k.grid_h) << k.h << "x" << k.w;
     EXPECT_EQ(s->content_w, k.grid_w) << k.h << "x" << k.w;
   }
-  // NOTE: over the 8000-token budget the rule differs: 2400 x 2800 gives transformers [166, 192] and
-  // us [164, 192] (docs/vision.md, "Known differences"); not asserted until the rule is read from
-  // the processor's source.
+  // Over the budget the content keeps its aspect ratio inside the largest canvas that fits:
+  // 2400 x 2800 → a 2324 x 2688 canvas (7,968 tokens), content 2304 x 2688 (scale 0.96).
+  auto big = PlanImageSize(2800, 2400, {});
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->content_h, 2304);
+  EXPECT_EQ(big->content_w, 2688);
 }
 
 TEST(ImagePreprocess, PatchOrderNormalisationAndPadding) {
