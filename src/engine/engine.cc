@@ -838,6 +838,12 @@ class EngineImpl final : public Engine {
       ++spec_verify_pieces_;
       spec_draft_tokens_ += k;
       spec_accepted_tokens_ += a;
+      if (static_cast<int64_t>(spec_drafts_per_pos_.size()) < k) {
+        spec_drafts_per_pos_.resize(k, 0);
+        spec_accepted_per_pos_.resize(k, 0);
+      }
+      for (int64_t j = 0; j < k; ++j) ++spec_drafts_per_pos_[j];
+      for (int64_t j = 0; j < a; ++j) ++spec_accepted_per_pos_[j];
       Status c = runner_.CommitSpeculative(r->slot, 1 + a);
       r->num_scheduled -= k - a;
       if (c.ok() && cache_) c = AfterLaunch(*r);
@@ -903,6 +909,8 @@ class EngineImpl final : public Engine {
     stats_.spec_verify_pieces = spec_verify_pieces_;
     stats_.spec_draft_tokens = spec_draft_tokens_;
     stats_.spec_accepted_tokens = spec_accepted_tokens_;
+    stats_.spec_drafts_per_pos = spec_drafts_per_pos_;
+    stats_.spec_accepted_per_pos = spec_accepted_per_pos_;
     stats_.num_exported_held = static_cast<int64_t>(exported_.size());
     if (cache_) {
       const PrefixCacheStats cs = cache_->stats();
@@ -947,6 +955,7 @@ class EngineImpl final : public Engine {
   std::deque<InFlight> inflight_;
   int64_t prefill_tokens_computed_ = 0;
   int64_t spec_verify_pieces_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
+  std::vector<int64_t> spec_drafts_per_pos_, spec_accepted_per_pos_;
   int64_t num_preemptions_ = 0, prompt_tokens_total_ = 0, generation_tokens_total_ = 0, requests_finished_ = 0;
   const int64_t max_model_len_;
   std::thread thread_;

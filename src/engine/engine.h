@@ -193,6 +193,10 @@ struct EngineStats {
   // Speculative decoding: verify pieces run, draft tokens proposed and accepted (the bonus token
   // of each verify piece is not a draft).
   int64_t spec_verify_pieces = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  // Per draft position j (0-based): drafts proposed at j and accepted at j (a draft at j is
+  // accepted only when drafts 0..j-1 were): where a longer k stops paying (vLLM's
+  // spec_decode_num_accepted_tokens_per_pos). Sized to the longest verify piece seen.
+  std::vector<int64_t> spec_drafts_per_pos, spec_accepted_per_pos;
   // Disaggregation: prefilled requests holding their cache until the transfer is acknowledged.
   int64_t num_exported_held = 0;
 };

@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
     auto run = [&](const std::string& name, int64_t k, float temperature) {
       nlohmann::json tok_s = nlohmann::json::array();
       int64_t drafts = 0, accepted = 0, pieces = 0;
+      std::vector<int64_t> drafts_pos(k, 0), accepted_pos(k, 0);
       bool same = true;
       for (int i = 0; i < repeats; ++i) {
         Sample b = RunOnce(**model, prose, max_tokens, false, temperature, 200 + i, k);
@@ -207,6 +208,10 @@ int main(int argc, char** argv) {
         drafts += b.stats.spec_draft_tokens;
         accepted += b.stats.spec_accepted_tokens;
         pieces += b.stats.spec_verify_pieces;
+        for (size_t j = 0; j < b.stats.spec_drafts_per_pos.size() && j < drafts_pos.size(); ++j) {
+          drafts_pos[j] += b.stats.spec_drafts_per_pos[j];
+          accepted_pos[j] += b.stats.spec_accepted_per_pos[j];
+        }
         same = same && b.ids == base_ids;
       }
       nlohmann::json& r = mtp[name];
@@ -217,6 +222,12 @@ int main(int argc, char** argv) {
       r["acceptance_rate"] = drafts > 0 ? double(accepted) / double(drafts) : 0.0;
       // tokens a verify step emits: the accepted drafts + the row after them
       r["tokens_per_verify_step"] = pieces > 0 ? double(accepted + pieces) / double(pieces) : 0.0;
+      // Per draft position: of the drafts proposed at j, the share accepted (a draft at j counts only
+      // when drafts 0..j-1 were accepted too).
+      nlohmann::json per_pos = nlohmann::json::array();
+      for (int64_t j = 0; j < k; ++j)
+        per_pos.push_back(drafts_pos[j] > 0 ? double(accepted_pos[j]) / double(drafts_pos[j]) : 0.0);
+      r["acceptance_per_position"] = per_pos;
       if (temperature <= 0) {
         r["outputs_identical_to_plain"] = same;
         identical = identical && same;

@@ -652,6 +652,20 @@ TEST(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
             << "MTP drafts accepted " << spec.stats.spec_accepted_tokens << " of " << spec.stats.spec_draft_tokens;
         EXPECT_EQ(spec.stats.kv_pages_used, 0);
         EXPECT_EQ(spec.stats.kda_slots_used, 0);
+        // Per draft position: position 0 is drafted once per verify piece; a draft is accepted only
+        // after its predecessors, so acceptance never rises with the position; the sums are the totals.
+        ASSERT_EQ(spec.stats.spec_drafts_per_pos.size(), static_cast<size_t>(k));
+        ASSERT_EQ(spec.stats.spec_accepted_per_pos.size(), static_cast<size_t>(k));
+        EXPECT_EQ(spec.stats.spec_drafts_per_pos[0], spec.stats.spec_verify_pieces);
+        int64_t drafted = 0, accepted_sum = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          drafted += spec.stats.spec_drafts_per_pos[j];
+          accepted_sum += spec.stats.spec_accepted_per_pos[j];
+          EXPECT_LE(spec.stats.spec_accepted_per_pos[j], spec.stats.spec_drafts_per_pos[j]);
+          if (j > 0) EXPECT_LE(spec.stats.spec_accepted_per_pos[j], spec.stats.spec_accepted_per_pos[j - 1]);
+        }
+        EXPECT_EQ(drafted, spec.stats.spec_draft_tokens);
+        EXPECT_EQ(accepted_sum, spec.stats.spec_accepted_tokens);
         std::printf("[ mtp ] k=%d overlap=%d cache=%d: %lld verify pieces, %lld/%lld drafts accepted\n",
                     static_cast<int>(k), overlap, cache, static_cast<long long>(spec.stats.spec_verify_pieces),
                     static_cast<long long>(spec.stats.spec_accepted_tokens),

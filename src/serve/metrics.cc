@@ -266,6 +266,19 @@ std::string ServeMetrics::Render(const EngineStats& st) const {
        n(st.spec_accepted_tokens)},
   };
   for (const Scalar& m : scalars) One(out, m, labels);
+  // Per draft position (vLLM's spec_decode_num_accepted_tokens_per_pos), one sample per position.
+  if (!st.spec_drafts_per_pos.empty()) {
+    const std::pair<const char*, const std::vector<int64_t>*> per_pos[] = {
+        {"gyre_spec_decode_num_draft_tokens_per_pos_total", &st.spec_drafts_per_pos},
+        {"gyre_spec_decode_num_accepted_tokens_per_pos_total", &st.spec_accepted_per_pos}};
+    for (const auto& [name, v] : per_pos) {
+      Header(out, name, "counter",
+             name == per_pos[0].first ? "Draft tokens proposed at each draft position (0-based)."
+                                      : "Draft tokens accepted at each draft position (0-based).");
+      for (size_t j = 0; j < v->size(); ++j)
+        Sample(out, name, labels + ",position=\"" + std::to_string(j) + "\"", n((*v)[j]));
+    }
+  }
   ProcessText(out);
   return out;
 }

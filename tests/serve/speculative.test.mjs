@@ -52,6 +52,16 @@ test('MTP drafts: /metrics count drafts proposed and accepted; the plain server 
   const accepted = await counter(URL_MTP, 'gyre_spec_decode_num_accepted_tokens_total');
   assert.ok(drafts > 0, `drafts ${drafts}`);
   assert.ok(accepted > 0 && accepted <= drafts, `accepted ${accepted} of ${drafts}`);
+  // Per draft position (k = 2): positions 0 and 1, accepted at 1 never above accepted at 0.
+  const text = await (await fetch(`${URL_MTP}/metrics`)).text();
+  const perPos = (name, pos) => {
+    const m = text.match(new RegExp(`^${name}\\{[^}]*position="${pos}"\\} (\\S+)$`, 'm'));
+    return m ? Number(m[1]) : NaN;
+  };
+  const acc0 = perPos('gyre_spec_decode_num_accepted_tokens_per_pos_total', 0);
+  const acc1 = perPos('gyre_spec_decode_num_accepted_tokens_per_pos_total', 1);
+  assert.ok(acc0 >= acc1 && acc0 + acc1 === accepted, `per position ${acc0} + ${acc1} vs ${accepted}`);
+  assert.ok(perPos('gyre_spec_decode_num_draft_tokens_per_pos_total', 0) > 0);
   const none = await counter(URL_PLAIN, 'gyre_spec_decode_num_draft_tokens_total');
   assert.ok(none === 0 || Number.isNaN(none), `plain server drafts ${none}`);
 });
