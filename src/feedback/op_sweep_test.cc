@@ -270,17 +270,20 @@ TEST(OpSweepCompare, BetweenRunNoiseFailsOneBaselineAndPassesThree) {
   std::mt19937_64 g(21);
   const std::vector<double> ones(40, 1.0);
   int quiet_one = 0, quiet_three = 0;
-  const int trials = 400;
+  const int trials = 400, kOneTrials = 40;
   for (int t = 0; t < trials; ++t) {
     const json a = RunWithOffsets(ones, g, 0.08), a2 = RunWithOffsets(ones, g, 0.08), a3 = RunWithOffsets(ones, g, 0.08);
     const json b = RunWithOffsets(ones, g, 0.08);
-    auto one = CompareOpSweeps(a, b, {});
     SweepCompareOptions o;
     o.extra_baselines = {&a2, &a3};
     auto three = CompareOpSweeps(a, b, o);
-    ASSERT_TRUE(one.ok() && three.ok());
-    quiet_one += one->num_slower == 0 && one->num_faster == 0;
+    ASSERT_TRUE(three.ok());
     quiet_three += three->num_slower == 0 && three->num_faster == 0;
+    if (t < kOneTrials) {  // (the one-baseline comparison bootstraps every shape: fewer trials)
+      auto one = CompareOpSweeps(a, b, {});
+      ASSERT_TRUE(one.ok());
+      quiet_one += one->num_slower == 0 && one->num_faster == 0;
+    }
     if (t == 0) {
       EXPECT_EQ(three->changes[0].baseline_runs, 3);
       EXPECT_GT(three->changes[0].between_sd, 0.03);
@@ -293,10 +296,10 @@ TEST(OpSweepCompare, BetweenRunNoiseFailsOneBaselineAndPassesThree) {
   // between-run test stays at its family-wise error (alpha 0.05: quiet 95% of the time in
   // expectation, since the constructed noise is exactly the test's model; 93% leaves room for the
   // 1.1% binomial spread of 400 trials).
-  EXPECT_LT(quiet_one, trials / 2) << "the constructed noise should fool the one-baseline test";
+  EXPECT_LT(quiet_one, kOneTrials / 2) << "the constructed noise should fool the one-baseline test";
   EXPECT_GE(quiet_three, trials * 93 / 100);
-  std::printf("A/A with between-run noise: quiet %d/%d with one baseline, %d/%d with three\n", quiet_one, trials,
-              quiet_three, trials);
+  std::printf("A/A with between-run noise: quiet %d/%d with one baseline, %d/%d with three\n", quiet_one,
+              kOneTrials, quiet_three, trials);
   // A 2x slowdown of one shape is still named, alone, in >= 19 of 20 trials (1.5x is not, at this
   // noise: its t is about 4.4 against Holm's 3.5 over 40 shapes, so about 4 in 5 trials).
   int named = 0;
