@@ -425,6 +425,14 @@ if [[ -n "$GYRE" && -n "$SAN" ]] && has_step sanitizer; then
     summary=$(grep -E 'ERROR SUMMARY' "$OUT/gpu_sanitizer.log" | tail -1)
     echo "   memcheck (test_engine ReplaySSM): rc $rc; $summary"
     [[ $rc -ne 0 || -z "$summary" ]] && status=1
+    # MTP drafts: key rows through pos_shift, the chain's scratch pages and setup, commits.
+    echo "-- memcheck test_engine MTP drafts" >> "$OUT/gpu_sanitizer.log"
+    timeout ${GYRE_SANITIZER_TIMEOUT:-120} "$SAN" --tool memcheck --error-exitcode 9 "$PACK/test_engine" \
+      --gtest_filter='*DraftsMatchTheCpuRunner*cuda*' >> "$OUT/gpu_sanitizer.log" 2>&1
+    rc=$?
+    summary=$(grep -E 'ERROR SUMMARY' "$OUT/gpu_sanitizer.log" | tail -1)
+    echo "   memcheck (test_engine MTP drafts): rc $rc; $summary"
+    [[ $rc -ne 0 || -z "$summary" ]] && status=1
   fi
 fi
 # ---- 5. microbenchmarks of the MLA/DSA, MoE and sampling kernels ----
@@ -461,6 +469,22 @@ if has_step specbench; then
       timeout ${GYRE_SPEC_BENCH_TIMEOUT:-300} "$PACK/gyre_specdec_cuda_bench" "$cfg" ${GYRE_SPEC_BENCH_ARGS:-} \
         > "$OUT/specdec_$name.json" 2> "$OUT/specdec_$name.err" || { echo "   FAILED (see specdec_$name.err)"; status=1; }
       tail -3 "$OUT/specdec_$name.err"
+    done
+  else
+    echo "== no packed gyre_specdec_cuda_bench"; status=1
+  fi
+fi
+# Opt-in `mtpbench`: MTP drafts on the CUDA model (issue 15): the trained glm5_mini at batch 1, 16,
+# 64 on held-out text, plain vs MTP k = 1, 3 vs n-gram, fp32 (outputs must equal plain) and bf16.
+if has_step mtpbench; then
+  if [[ -x "$PACK/gyre_specdec_cuda_bench" ]]; then
+    for prec in fp32 bf16; do
+      echo "== MTP drafts bench: glm5_mini $prec"
+      flag=""; [[ $prec == fp32 ]] && flag="--fp32"
+      timeout ${GYRE_SPEC_BENCH_TIMEOUT:-300} "$PACK/gyre_specdec_cuda_bench" --model tests/fixtures/glm5_mini $flag \
+        ${GYRE_MTP_BENCH_ARGS:-} > "$OUT/specdec_mtp_glm5_mini_$prec.json" 2> "$OUT/specdec_mtp_glm5_mini_$prec.err" \
+        || { echo "   FAILED (see specdec_mtp_glm5_mini_$prec.err)"; status=1; }
+      tail -3 "$OUT/specdec_mtp_glm5_mini_$prec.err"
     done
   else
     echo "== no packed gyre_specdec_cuda_bench"; status=1

@@ -93,7 +93,7 @@ struct ServeArgs {
   bool enable_prefix_caching = true;  // as vLLM: on unless --no-enable-prefix-caching
   std::string prefix_cache_checkpoint_bytes = "auto";
   int64_t prefix_cache_checkpoint_interval = EngineOptions{}.prefix_cache_checkpoint_interval_blocks;
-  std::string speculative_config;  // vLLM's JSON (ngram; mtp on the CPU backend)
+  std::string speculative_config;  // vLLM's JSON (ngram, mtp)
   bool disable_log_requests = false;
   std::string log_level = "info", log_format = "text";
   // HTTP hardening knobs (serve::ServerOptions / HttpServerOptions).
@@ -404,6 +404,8 @@ int RunServe(ServeArgs a) {
     co.max_seq_tokens = a.max_model_len > 0 ? a.max_model_len : int64_t(1) << 17;  // block-table width
     // Speculative decoding: the ReplaySSM rings for 1 + num_speculative_tokens tokens per slot.
     if (!eo.speculative.method.empty()) co.speculative_tokens = eo.speculative.num_speculative_tokens;
+    // MTP drafts: the checkpoint's MTP layer on the device, drafting that many tokens.
+    if (eo.speculative.method == "mtp") co.mtp_drafts = eo.speculative.num_speculative_tokens;
     {
       Result<KvCachePolicy> kvp = KvPolicyFromFlags(config, a.kv_cache_dtype, a.kv_cache_policy);
       if (!kvp.ok()) return Fail(kvp.error());
@@ -736,7 +738,7 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
   s->add_option("--speculative-config", args->speculative_config,
                 "vLLM's flag: speculative decoding as JSON, e.g. {\"method\":\"ngram\",\"num_speculative_tokens\":3,"
                 "\"prompt_lookup_max\":4,\"prompt_lookup_min\":2}, or {\"method\":\"mtp\",\"num_speculative_tokens\":1} "
-                "(the checkpoint's MTP layer; cpu backend for now); requests without penalties, logit_bias, "
+                "(the checkpoint's MTP layer, cpu and cuda backends); requests without penalties, logit_bias, "
                 "min_tokens, structured output or top_logprobs speculate, greedy or sampled");
   s->add_flag("--disable-log-requests", args->disable_log_requests,
               "vLLM's flag: no access log (one line per request on stderr)");

@@ -1014,8 +1014,8 @@ Result<std::unique_ptr<Engine>> CreateOver(ModelRunner& runner, std::unique_ptr<
                                  " MTP tokens, num_speculative_tokens is " +
                                  std::to_string(o.speculative.num_speculative_tokens)
                            : "MTP drafts are not available on this " + runner.backend() +
-                                 " runner (the CPU runner runs them for a model with an MTP layer; the CUDA model "
-                                 "does not yet: use \"ngram\" there)");
+                                 " runner (a runner built with MTP drafts runs them for a model with an MTP layer: "
+                                 "CpuRunnerOptions / CudaModelOptions mtp_drafts)");
   const bool paged = cap.bytes_per_page > 0;
   int64_t max_len = 1 << 20;
   if (paged) {

@@ -115,7 +115,7 @@ class RequestSink {
 // Speculative decoding (docs/engine.md "Speculative decoding"), vLLM's --speculative-config.
 struct SpeculativeOptions {
   // "": off; "ngram": prompt-lookup drafts; "mtp": the checkpoint's MTP layer, run by the runner
-  // (StepPiece::mtp; the CPU runner today), chained greedily for k > 1 as vLLM does.
+  // (StepPiece::mtp; the CPU runner and the CUDA model), chained greedily for k > 1 as vLLM does.
   std::string method;
   int64_t num_speculative_tokens = 3;   // k: drafts per verify step, 1..16
   int64_t prompt_lookup_max = 4;        // longest n-gram looked up

@@ -3,8 +3,16 @@
 //
 // Usage: gyre_specdec_cuda_bench CONFIG_JSON [--batches 1,16,64] [--context 512] [--iters 20]
 //                                 [--max-tokens 128] [--fp32]
+//        gyre_specdec_cuda_bench --model DIR [--batches 1,16,64] [--max-tokens 128] [--fp32]
 // Random weights (bf16 unless --fp32) from the config, one GPU. Prints JSON; the caller adds the
 // machine and commit.
+//
+// With --model (a checkpoint with an MTP layer and its held-out text, the trained glm5_mini):
+// MTP drafts. At each batch B, B concurrent greedy requests whose prompts are 64-token windows of
+// the held-out text (heldout_eval.txt through the checkpoint's tokenizer), on one CudaModel built
+// with MTP drafts: plain decoding, then MTP drafts with k = 1 and 3, then n-gram drafts (k = 3)
+// on the same prompts: tokens/s, acceptance (per draft position), tokens per verify step, the
+// GPU's busy time per step, and whether the outputs equal plain decoding's.
 //
 // 1. Step cost, on the runner directly (no engine): at each batch B, B sequences of `context`
 //    tokens; a plain decode step (B one-token pieces; a CUDA graph, as serving runs it) against a
@@ -26,6 +34,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +43,8 @@
 #include "engine/engine.h"
 #include "model/config.h"
 #include "runtime/cuda_model.h"
+#include "runtime/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace gyre {
 namespace {
@@ -54,7 +65,7 @@ std::vector<int64_t> ParseList(const std::string& s) {
 }
 
 struct Args {
-  std::string config;
+  std::string config, model;
   std::vector<int64_t> batches = {1, 16, 64};
   int64_t context = 512, iters = 20, max_tokens = 128;
   bool bf16 = true;
@@ -192,18 +203,24 @@ struct ServeRun {
   Status status;
 };
 
-ServeRun Serve(ModelRunner& runner, const Args& a, int64_t B, bool spec) {
+// method: "" (plain), "ngram" (k = 3) or "mtp" (k = mtp_k). prompts: request b's is
+// prompts[b % size], else ServePrompt(b).
+ServeRun Serve(ModelRunner& runner, const Args& a, int64_t B, const std::string& method, int64_t mtp_k = 0,
+               const std::vector<std::vector<int32_t>>* prompts = nullptr) {
   ServeRun res;
   EngineOptions eo;
   eo.max_num_seqs = B;
   eo.max_num_batched_tokens = std::min<int64_t>(runner.capacity().max_step_tokens, 8192);
   eo.kv_page_tokens = runner.capacity().page_tokens;
   eo.enable_prefix_caching = false;
-  if (spec) {
+  if (method == "ngram") {
     eo.speculative.method = "ngram";
     eo.speculative.num_speculative_tokens = 3;
     eo.speculative.prompt_lookup_max = 4;
     eo.speculative.prompt_lookup_min = 2;
+  } else if (method == "mtp") {
+    eo.speculative.method = "mtp";
+    eo.speculative.num_speculative_tokens = mtp_k;
   }
   auto engine = Engine::Create(runner, eo);
   if (!engine.ok()) {
@@ -217,7 +234,8 @@ ServeRun Serve(ModelRunner& runner, const Args& a, int64_t B, bool spec) {
   std::vector<std::shared_ptr<BenchSink>> sinks;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t b = 0; b < B; ++b) {
-    const std::vector<int32_t> prompt = ServePrompt(b);
+    const std::vector<int32_t> prompt =
+        prompts && !prompts->empty() ? (*prompts)[static_cast<size_t>(b) % prompts->size()] : ServePrompt(b);
     RequestParams p;
     p.prompt = prompt;
     p.max_tokens = a.max_tokens;
@@ -289,10 +307,10 @@ int Run(const Args& a) {
     {  // warm-up: graph captures and workspaces of these batch sizes, untimed
       Args w = a;
       w.max_tokens = 16;
-      (void)Serve(**m, w, B, false);
-      (void)Serve(**m, w, B, true);
+      (void)Serve(**m, w, B, "");
+      (void)Serve(**m, w, B, "ngram");
     }
-    ServeRun plain = Serve(**m, a, B, false), spec = Serve(**m, a, B, true);
+    ServeRun plain = Serve(**m, a, B, ""), spec = Serve(**m, a, B, "ngram");
     if (!plain.status.ok() || !spec.status.ok()) {
       std::fprintf(stderr, "batch %lld serve: %s / %s\n", static_cast<long long>(B), plain.status.ToString().c_str(),
                    spec.status.ToString().c_str());
@@ -351,6 +369,124 @@ int Run(const Args& a) {
   return ok && identical ? 0 : 1;
 }
 
+// --model: MTP drafts on a trained checkpoint (see the header).
+int RunMtp(const Args& a) {
+  auto model = Model::Load(a.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 2;
+  }
+  const Model& md = **model;
+  if (!md.has_mtp()) {
+    std::fprintf(stderr, "%s has no MTP layer\n", a.model.c_str());
+    return 2;
+  }
+  // Prompts: 64-token windows of the held-out text, one per request (up to the largest batch).
+  std::vector<std::vector<int32_t>> prompts;
+  {
+    auto tok = Tokenizer::FromFile(a.model);
+    std::ifstream f(a.model + "/heldout_eval.txt");
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!tok.ok() || text.str().empty()) {
+      std::fprintf(stderr, "--model needs tokenizer.json and heldout_eval.txt in %s\n", a.model.c_str());
+      return 2;
+    }
+    auto ids = (*tok)->Encode(text.str(), false);
+    if (!ids.ok()) {
+      std::fprintf(stderr, "%s\n", ids.status().ToString().c_str());
+      return 2;
+    }
+    const int64_t want = *std::max_element(a.batches.begin(), a.batches.end()), n = static_cast<int64_t>(ids->size());
+    const int64_t stride = std::max<int64_t>(64, (n - 64) / std::max<int64_t>(want, 1));
+    for (int64_t b = 0; b < want && b * stride + 64 <= n; ++b)
+      prompts.emplace_back(ids->begin() + b * stride, ids->begin() + b * stride + 64);
+  }
+  nlohmann::json out;
+  bool ok = true, identical = true;
+  for (int64_t B : a.batches) {
+    CudaModelOptions mo;
+    mo.bf16_weights = a.bf16;
+    mo.max_seqs = B;
+    mo.max_batch_tokens = std::max<int64_t>(2048, B * (kMaxDrafts + 1));
+    mo.page_tokens = 64;
+    mo.max_seq_tokens = 64 + a.max_tokens + 128;
+    mo.kv_tokens = B * ((mo.max_seq_tokens + 63) / 64) * 64;
+    mo.speculative_tokens = 3;
+    mo.mtp_drafts = 3;
+    auto m = CudaModel::FromHost(md.config(), md.weights(), mo);
+    if (!m.ok()) {
+      std::fprintf(stderr, "batch %lld: %s\n", static_cast<long long>(B), m.status().ToString().c_str());
+      ok = false;
+      continue;
+    }
+    {  // warm-up (workspaces, graphs), untimed
+      Args w = a;
+      w.max_tokens = 16;
+      (void)Serve(**m, w, B, "", 0, &prompts);
+      (void)Serve(**m, w, B, "mtp", 3, &prompts);
+    }
+    nlohmann::json row;
+    std::vector<std::vector<int32_t>> plain_out;
+    double plain_tok_s = 0;
+    for (const auto& [name, method, k] : {std::tuple<const char*, const char*, int64_t>{"plain", "", 0},
+                                          {"mtp_k1", "mtp", 1}, {"mtp_k3", "mtp", 3}, {"ngram_k3", "ngram", 3}}) {
+      const CudaModelStats before = (*m)->stats();
+      ServeRun r = Serve(**m, a, B, method, k, &prompts);
+      const CudaModelStats after = (*m)->stats();
+      if (!r.status.ok()) {
+        std::fprintf(stderr, "batch %lld %s: %s\n", static_cast<long long>(B), name, r.status.ToString().c_str());
+        ok = false;
+        continue;
+      }
+      const double tok_s = r.wall_s > 0 ? r.tokens / r.wall_s : 0.0;
+      const int64_t steps = after.steps - before.steps;
+      nlohmann::json j = {{"tok_s", tok_s},
+                          {"tokens", r.tokens},
+                          {"steps", steps},
+                          {"gpu_busy_ms_per_step", steps > 0 ? (after.busy_ms_total - before.busy_ms_total) / steps : 0.0},
+                          {"mtp_chain_steps", after.mtp_chain_steps - before.mtp_chain_steps}};
+      if (name == std::string("plain")) {
+        plain_out = r.outputs;
+        plain_tok_s = tok_s;
+      } else {
+        const EngineStats& s = r.stats;
+        const bool same = r.outputs == plain_out;
+        identical = identical && (same || a.bf16);  // bf16: near ties may part (bench/results/gpu_check_d003038)
+        nlohmann::json per_pos = nlohmann::json::array();
+        for (size_t q = 0; q < s.spec_drafts_per_pos.size(); ++q)
+          per_pos.push_back(s.spec_drafts_per_pos[q] > 0
+                                ? double(s.spec_accepted_per_pos[q]) / double(s.spec_drafts_per_pos[q])
+                                : 0.0);
+        j["speedup_vs_plain"] = plain_tok_s > 0 ? tok_s / plain_tok_s : 0.0;
+        j["verify_pieces"] = s.spec_verify_pieces;
+        j["acceptance_rate"] = s.spec_draft_tokens > 0 ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0;
+        j["acceptance_per_position"] = per_pos;
+        j["tokens_per_verify_step"] =
+            s.spec_verify_pieces > 0 ? double(s.spec_accepted_tokens + s.spec_verify_pieces) / double(s.spec_verify_pieces)
+                                     : 0.0;
+        j["outputs_identical_to_plain"] = same;
+        int64_t differ = 0;
+        for (size_t q = 0; q < r.outputs.size() && q < plain_out.size(); ++q) differ += r.outputs[q] != plain_out[q];
+        j["requests_differing"] = differ;
+      }
+      row[name] = j;
+    }
+    row["model"] = {{"kv_bytes", (*m)->stats().kv_bytes}, {"state_bytes", (*m)->stats().state_bytes},
+                    {"mtp_scratch_bytes", (*m)->stats().mtp_bytes}};
+    out["batches"][std::to_string(B)] = row;
+    std::fprintf(stderr, "batch %lld done\n", static_cast<long long>(B));
+  }
+  out["outputs_identical"] = identical;
+  out["meta"] = {{"model", a.model},
+                 {"prompts", "64-token windows of heldout_eval.txt, one per request"},
+                 {"max_tokens", a.max_tokens},
+                 {"bf16_weights", a.bf16},
+                 {"greedy", true}};
+  std::printf("%s\n", out.dump(2).c_str());
+  return ok && identical ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace gyre
 
@@ -370,15 +506,17 @@ int main(int argc, char** argv) {
     else if (s == "--iters") a.iters = std::stoll(next());
     else if (s == "--max-tokens") a.max_tokens = std::stoll(next());
     else if (s == "--fp32") a.bf16 = false;
+    else if (s == "--model") a.model = next();
     else if (!s.empty() && s[0] != '-' && a.config.empty()) a.config = s;
     else {
       std::fprintf(stderr, "usage: gyre_specdec_cuda_bench CONFIG_JSON [--batches 1,16,64] [--context N] [--iters N] "
-                           "[--max-tokens N] [--fp32]\n");
+                           "[--max-tokens N] [--fp32] | --model DIR\n");
       return 2;
     }
   }
+  if (!a.model.empty()) return gyre::RunMtp(a);
   if (a.config.empty()) {
-    std::fprintf(stderr, "usage: gyre_specdec_cuda_bench CONFIG_JSON [...]\n");
+    std::fprintf(stderr, "usage: gyre_specdec_cuda_bench CONFIG_JSON [...] | --model DIR [...]\n");
     return 2;
   }
   return gyre::Run(a);

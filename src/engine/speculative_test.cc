@@ -123,8 +123,10 @@ std::vector<SpecCase> SpecCases() {
   return c;
 }
 
-// A runner of `backend` over `model` with ReplaySSM rings for pieces of up to 5 tokens.
-std::unique_ptr<ModelRunner> MakeSpecRunner(const Model& model, const std::string& backend, int64_t slots) {
+// A runner of `backend` over `model` with ReplaySSM rings for pieces of up to 5 tokens, and with
+// `mtp` > 0 MTP drafts of up to that many tokens.
+std::unique_ptr<ModelRunner> MakeSpecRunner(const Model& model, const std::string& backend, int64_t slots,
+                                            int64_t mtp = 0) {
 #ifdef GYRE_CUDA
   if (backend == "cuda") {
     CudaModelOptions o;
@@ -133,6 +135,7 @@ std::unique_ptr<ModelRunner> MakeSpecRunner(const Model& model, const std::strin
     o.page_tokens = 4;
     o.kv_tokens = 128 * 4;
     o.speculative_tokens = 4;
+    o.mtp_drafts = mtp;
     auto r = CudaModel::FromHost(model.config(), model.weights(), o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return nullptr;
@@ -144,8 +147,10 @@ std::unique_ptr<ModelRunner> MakeSpecRunner(const Model& model, const std::strin
   ro.page_tokens = 4;
   ro.num_slots = slots;
   ro.num_pages = 128;
+  ro.mtp_drafts = mtp;
   auto r = CpuRunner::Create(model, ro);
-  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return nullptr;
   return std::move(*r);
 }
 
@@ -605,12 +610,28 @@ TEST_P(SpecOnFixture, AWrongCommitChangesTheOutput) {
   GTEST_SKIP() << "no draft was rejected on this fixture";
 }
 
-// MTP drafts (method "mtp", the CPU runner) on the trained glm5_mini: greedy outputs equal plain
-// decoding for k = 1 and 3, with and without overlap and the prefix cache, in a batch with a
-// sampled request that speculates too; the trained MTP layer's drafts are accepted far above
-// chance (its first-draft acceptance on held-out text is about 60%, `gyre eval`; random drafts
-// from 4k tokens would be accepted well under 1% of the time).
-TEST(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
+// A runner of `backend` over `model` that drafts up to `k` MTP tokens (and verifies up to 4).
+std::unique_ptr<ModelRunner> MakeMtpRunner(const Model& model, const std::string& backend, int64_t slots, int64_t k) {
+  return MakeSpecRunner(model, backend, slots, k);
+}
+
+std::vector<std::string> Backends() {
+  std::vector<std::string> b = {"cpu"};
+#ifdef GYRE_CUDA
+  b.push_back("cuda");
+#endif
+  return b;
+}
+
+class MtpSpeculation : public ::testing::TestWithParam<std::string> {};
+
+// MTP drafts (method "mtp") on the trained glm5_mini, on each backend: greedy outputs equal plain
+// decoding on that backend for k = 1 and 3, with and without overlap and the prefix cache, in a
+// batch with a sampled request that speculates too; the trained MTP layer's drafts are accepted
+// far above chance (its first-draft acceptance on held-out text is about 60%, `gyre eval`; random
+// drafts from 4k tokens would be accepted well under 1% of the time).
+TEST_P(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
+  const std::string backend = GetParam();
   auto m = Model::Load(Fixture("glm5_mini"));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const Model& model = **m;
@@ -624,7 +645,7 @@ TEST(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
   }
   prompts.push_back({5, 6, 7, 8});  // the sampled one
   const int64_t kMaxTokens = 32;
-  const RunOut plain = RunAll(model, "cpu", Opts(false, true, false), prompts, kMaxTokens, 0.8f);
+  const RunOut plain = RunAll(model, backend, Opts(false, true, false), prompts, kMaxTokens, 0.8f);
   ASSERT_EQ(plain.outputs.size(), prompts.size());
   for (int64_t k : {1, 3}) {
     std::vector<int32_t> sampled_ref;
@@ -633,14 +654,10 @@ TEST(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
         EngineOptions eo = Opts(false, overlap, cache);
         eo.speculative.method = "mtp";
         eo.speculative.num_speculative_tokens = k;
-        CpuRunnerOptions ro;
-        ro.page_tokens = 4;
-        ro.num_slots = eo.max_num_seqs;
-        ro.num_pages = 128;
-        ro.mtp_drafts = k;
-        auto runner = CpuRunner::Create(model, ro);
-        ASSERT_TRUE(runner.ok()) << runner.status().ToString();
-        RunOut spec = RunAllOn(**runner, eo, prompts, kMaxTokens, 0.8f);
+        std::unique_ptr<ModelRunner> runner = MakeMtpRunner(model, backend, eo.max_num_seqs, k);
+        ASSERT_TRUE(runner);
+        ASSERT_EQ(runner->capacity().mtp_drafts, k);
+        RunOut spec = RunAllOn(*runner, eo, prompts, kMaxTokens, 0.8f);
         ASSERT_EQ(spec.outputs.size(), prompts.size());
         for (size_t q = 0; q + 1 < prompts.size(); ++q)
           EXPECT_EQ(spec.outputs[q], plain.outputs[q]) << "prompt " << q << " k " << k << " overlap " << overlap
@@ -666,8 +683,9 @@ TEST(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
         }
         EXPECT_EQ(drafted, spec.stats.spec_draft_tokens);
         EXPECT_EQ(accepted_sum, spec.stats.spec_accepted_tokens);
-        std::printf("[ mtp ] k=%d overlap=%d cache=%d: %lld verify pieces, %lld/%lld drafts accepted\n",
-                    static_cast<int>(k), overlap, cache, static_cast<long long>(spec.stats.spec_verify_pieces),
+        std::printf("[ mtp ] %s k=%d overlap=%d cache=%d: %lld verify pieces, %lld/%lld drafts accepted\n",
+                    backend.c_str(), static_cast<int>(k), overlap, cache,
+                    static_cast<long long>(spec.stats.spec_verify_pieces),
                     static_cast<long long>(spec.stats.spec_accepted_tokens),
                     static_cast<long long>(spec.stats.spec_draft_tokens));
       }
@@ -675,7 +693,87 @@ TEST(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
   }
 }
 
-TEST(MtpSpeculation, RefusedWhereNoMtpRuns) {
+// The CUDA model's drafts are the CPU runner's (the reference: Model::MtpStep) on the same
+// pieces: a prompt with a chain of 3, then decode rows (their keys written by the piece pass),
+// then a speculative piece whose drafts are partly rejected (the chain restarts from the device's
+// acceptance), then one with every draft accepted, across page boundaries (4-token pages). fp32
+// on both: the MTP logits differ by reassociation only, so a draft may differ only at a near tie;
+// the drafts vectors are asserted equal on at least 90% of the steps, and the first step's exactly.
+TEST_P(MtpSpeculation, DraftsMatchTheCpuRunner) {
+  if (GetParam() != "cuda") GTEST_SKIP() << "compares the CUDA model with the CPU runner";
+  auto m = Model::Load(Fixture("glm5_mini"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const Model& model = **m;
+  const int64_t k = 3;
+  std::unique_ptr<ModelRunner> cpu = MakeMtpRunner(model, "cpu", 2, k), gpu = MakeMtpRunner(model, "cuda", 2, k);
+  ASSERT_TRUE(cpu && gpu);
+  int64_t steps = 0, equal = 0;
+  for (int32_t s0 : {11, 523, 1777, 3001}) {
+    const std::vector<int32_t> prompt = {s0, s0 + 7, s0 + 19, s0 + 3, s0 + 1};
+    std::vector<PageId> pages;
+    for (PageId p = 0; p < 16; ++p) pages.push_back(p);
+    std::vector<int32_t> seq = prompt;
+    std::vector<SampledToken> out_c, out_g;
+    auto run = [&](int64_t start, std::span<const int32_t> ids, bool speculative) {
+      StepPiece p;
+      p.slot = 0;
+      p.pages = pages;
+      p.start = start;
+      p.ids = ids;
+      p.speculative = speculative;
+      p.sample.enabled = true;
+      p.mtp = static_cast<int32_t>(k);
+      for (ModelRunner* r : {cpu.get(), gpu.get()}) {
+        ASSERT_TRUE(r->Launch(std::span<const StepPiece>(&p, 1)).ok());
+        ASSERT_TRUE(r->Collect(r == cpu.get() ? &out_c : &out_g).ok());
+      }
+      ASSERT_EQ(out_c.size(), 1u);
+      ASSERT_EQ(out_g.size(), 1u);
+      ASSERT_EQ(out_g[0].drafts.size(), static_cast<size_t>(k));
+      ++steps;
+      if (out_c[0].drafts == out_g[0].drafts) {
+        ++equal;
+      } else {
+        std::printf("[ mtp ] prompt %d at %lld: cpu drafts differ from cuda\n", s0, static_cast<long long>(start));
+      }
+    };
+    run(0, prompt, false);
+    ASSERT_EQ(out_c[0].drafts, out_g[0].drafts) << "prompt " << s0;
+    ASSERT_EQ(out_c[0].id, out_g[0].id);
+    // Decode rows: the token just sampled, each with a chain.
+    for (int i = 0; i < 4; ++i) {
+      seq.push_back(out_c[0].id);
+      run(static_cast<int64_t>(seq.size()) - 1, std::span<const int32_t>(&seq.back(), 1), false);
+      ASSERT_EQ(out_c[0].id, out_g[0].id);
+    }
+    // A speculative piece: the sampled token, then drafts with the second one wrong.
+    for (bool wrong : {true, false}) {
+      std::vector<int32_t> piece = {out_c[0].id};
+      for (int32_t d : out_c[0].drafts) piece.push_back(d);
+      if (wrong) piece[2] = (piece[2] + 1) % static_cast<int32_t>(model.config().vocab_size);
+      const int64_t start = static_cast<int64_t>(seq.size());
+      run(start, piece, true);
+      ASSERT_EQ(out_c[0].rows.size(), piece.size());
+      int64_t a = 1;  // accepted tokens of the piece (its first is the previous sample)
+      while (a < static_cast<int64_t>(piece.size()) && out_c[0].rows[a - 1].first == piece[a]) ++a;
+      for (int64_t j = 0; j < a; ++j) seq.push_back(piece[j]);
+      ASSERT_TRUE(cpu->CommitSpeculative(0, a).ok());
+      ASSERT_TRUE(gpu->CommitSpeculative(0, a).ok());
+      out_c[0].id = out_c[0].rows[a - 1].first;
+      // The next decode row continues from the bonus token.
+      seq.push_back(out_c[0].id);
+      run(static_cast<int64_t>(seq.size()) - 1, std::span<const int32_t>(&seq.back(), 1), false);
+    }
+  }
+  std::printf("[ mtp ] cuda drafts equal the cpu runner's on %lld of %lld steps\n", static_cast<long long>(equal),
+              static_cast<long long>(steps));
+  EXPECT_GE(equal * 10, steps * 9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MtpSpeculation, ::testing::ValuesIn(Backends()),
+                         [](const auto& info) { return info.param; });
+
+TEST(MtpRefusals, RefusedWhereNoMtpRuns) {
   EngineOptions eo = Opts(false, false, false);
   eo.speculative.method = "mtp";
   eo.speculative.num_speculative_tokens = 2;

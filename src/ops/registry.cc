@@ -489,6 +489,7 @@ struct MlaOp {
     int64_t s, t, h, nope, rope, v, lora;
     Selection sel;
     std::vector<std::vector<int32_t>> sel_lists;
+    int64_t shift = 0;  // SHIFT: the device cache holds the keys pos_shift positions later (MTP keys)
   };
   static Inputs Make(const std::map<std::string, int64_t>& d, uint64_t seed) {
     Rng r(seed);
@@ -496,6 +497,7 @@ struct MlaOp {
     const int64_t nope = DimOr(d, "NOPE", 16), v = DimOr(d, "V", 16), L = DimOr(d, "L", 32);
     Inputs in{r.Normal(s * h * (nope + rope)), r.Normal(t * L), r.Normal(t * rope),
               Mat(r.Normal(h * (nope + v) * L, 0.2f), h * (nope + v), L), s, t, h, nope, rope, v, L, {}, {}};
+    in.shift = DimOr(d, "SHIFT", 0);
     const int64_t pos0 = t - s;
     const bool sparse = d.at("SPARSE") != 0;
     in.sel.causal = !sparse;
@@ -528,6 +530,7 @@ struct MlaOp {
     a.s = in.s, a.t = in.t, a.heads = in.h, a.nope = in.nope, a.rope = in.rope, a.v = in.v, a.kv_lora = in.lora;
     a.scale = 1.0f / std::sqrt(float(in.nope + in.rope));
     if (!in.sel.causal) a.sel_offsets = in.sel.offsets.data(), a.sel_indices = in.sel.indices.data();
+    a.pos_shift = in.shift;
     return cuda::MlaAttentionOnDevice(a, out->data());
   }
 #endif
@@ -947,7 +950,10 @@ std::vector<OpSpec> BuildRegistry() {
   r.push_back(MakeSpec<MlaOp>("mla.attention", "fp32-reassociation", 1e-5,
                               {S({{"S", 1}, {"T", 1}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 0}}, 7.2e-7),
                                S({{"S", 5}, {"T", 40}, {"H", 3}, {"ROPE", 8}, {"SPARSE", 0}}, 1.6e-6),
-                               S({{"S", 7}, {"T", 90}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 1}}, 1.66e-6)}));
+                               S({{"S", 7}, {"T", 90}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 1}}, 1.66e-6),
+                               // The MTP layer's keys: cache rows one position later (PagedBatch::pos_shift).
+                               S({{"S", 3}, {"T", 23}, {"H", 3}, {"ROPE", 8}, {"SPARSE", 0}, {"SHIFT", 1}}, 1.6e-6),
+                               S({{"S", 7}, {"T", 90}, {"H", 2}, {"ROPE", 0}, {"SPARSE", 1}, {"SHIFT", 3}}, 1.66e-6)}));
   r.push_back(MakeSpec<PoolKeyOp>("dsa.pool_key", "fp32-reassociation", 1e-5,
                                   {S({{"M", 4}, {"D", 16}}), S({{"M", 16}, {"D", 128}})}));
   // TIES=1 shapes construct exact ties, so the discrete tie rules are checked on every run.

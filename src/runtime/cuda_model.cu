@@ -278,12 +278,128 @@ int64_t NextPow2(int64_t x) {
   return p;
 }
 
+__global__ void IotaKernel(int32_t* p, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) p[i] = static_cast<int32_t>(i);
+}
+
 // Expert parallelism: idx[i] ← idx[i] − e0 when this rank holds expert idx[i], else −1.
 __global__ void LocalExpertIdsKernel(int32_t* idx, int64_t n, int32_t e0, int32_t count) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const int32_t e = idx[i];
   idx[i] = e >= e0 && e < e0 + count ? e - e0 : -1;
+}
+
+// ---- MTP drafts (CudaModelOptions::mtp_drafts) ----------------------------------------------------
+
+// The MTP rows of a step: token i at position q > 0 of a piece with mtp >= 0 pairs ids[i] with the
+// pre-norm hidden state of position q - 1 (the row before, or the slot's saved state for the
+// piece's first token) and writes its key at MTP position q - 1 (mseq, mpos; stored at token
+// position q through pos_shift 1). Other tokens are padding: mseq -1, zero input. One block per token.
+__global__ void MtpPrepKernel(const int32_t* tok_seq, const int32_t* tok_pos, const int32_t* cu, const int32_t* slots,
+                              const int32_t* piece_mtp, int64_t d, const float* hid, const float* slot_hidden,
+                              float* hin, int32_t* mseq, int32_t* mpos) {
+  const int64_t i = blockIdx.x;
+  const int b = tok_seq[i];
+  const int q = b >= 0 ? tok_pos[i] : 0;
+  const bool on = b >= 0 && piece_mtp[b] >= 0 && q > 0;
+  if (threadIdx.x == 0) {
+    mseq[i] = on ? b : -1;
+    mpos[i] = on ? q - 1 : 0;
+  }
+  const float* src = nullptr;
+  if (on) src = i == cu[b] ? slot_hidden + static_cast<int64_t>(slots[b]) * d : hid + (i - 1) * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) hin[i * d + c] = src ? src[c] : 0.0f;
+}
+
+// After the MTP rows: the hidden state of each MTP piece's last token → its slot; a speculative
+// piece's rows → the slot's ring instead (CommitSpeculative settles which). One block per piece.
+__global__ void MtpSaveKernel(const int32_t* cu, const int32_t* slots, const int32_t* piece_mtp, const int32_t* spec,
+                              int64_t d, const float* hid, float* slot_hidden, float* spec_hidden, int64_t spec_rows) {
+  const int b = blockIdx.x;
+  const int32_t slot = slots[b];
+  if (slot < 0 || piece_mtp[b] < 0) return;
+  const int64_t t0 = cu[b], t1 = cu[b + 1];
+  if (spec[b]) {
+    for (int64_t t = t0; t < t1 && t - t0 < spec_rows; ++t)
+      for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+        spec_hidden[(static_cast<int64_t>(slot) * spec_rows + (t - t0)) * d + c] = hid[t * d + c];
+  } else {
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) slot_hidden[slot * d + c] = hid[(t1 - 1) * d + c];
+  }
+}
+
+// Commits of speculative pieces: the slot's hidden state ← its ring row n - 1 (the last accepted
+// token's). Passed by value; one block per commit.
+constexpr int kMtpCommitsPerLaunch = 64;
+struct MtpCommitArgs {
+  int32_t slot[kMtpCommitsPerLaunch];
+  int32_t n[kMtpCommitsPerLaunch];
+};
+__global__ void MtpCommitKernel(const MtpCommitArgs a, const float* spec_hidden, int64_t spec_rows, int64_t d,
+                                float* slot_hidden) {
+  const int64_t slot = a.slot[blockIdx.x], n = a.n[blockIdx.x];
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    slot_hidden[slot * d + c] = spec_hidden[(slot * spec_rows + n - 1) * d + c];
+}
+
+// The start of each draft chain (one block per chain row c, for the piece at batch row
+// chain[4c] whose logits rows are chain[4c+1]..chain[4c+2], speculative when chain[4c+3]):
+// the chain continues after the piece's last committed token, row a (the last row; or, for a
+// speculative piece, the row of its last accepted draft, decided here on the device as the engine
+// will: its sampled tokens against the piece's next tokens). It begins with the token sampled at
+// row a and the main model's hidden state of row a, at MTP position m0 = start + a. Its keys go
+// to positions m0 + 1 .. (pos_shift 1): the chain's block-table row keeps the sequence's pages
+// before that position's page f and maps f onward to the chain's scratch pages, the first a
+// copy of page f's rows before the position (keys of committed tokens, or nothing when aligned).
+struct MtpChainArgs {
+  const int32_t* ids;       // the step's (resolved) token ids
+  const int32_t* tok_pos;
+  const int32_t* cu;
+  const int32_t* block_table;  // the step's [b, max_pages]
+  int64_t max_pages;
+  const int32_t* chain;     // [Bc, 4]
+  int64_t num_chain;
+  const int32_t* next_ids;  // the step's sampled ids per logits row
+  const float* hid;         // [N, D] pre-norm hidden rows
+  int64_t d, page_tokens, steps;
+  int64_t scratch_page0, pages_per_chain, chain_width;
+  float* latent;            // the MTP key cache: [pages · page_tokens, R] and [.., rope]
+  float* krot;
+  int64_t R, rope;
+  int32_t* ch_ids;          // [Bc]
+  float* ch_hin;            // [Bc, D]
+  int32_t* ch_pos;          // [steps, Bc]
+  int32_t* ch_table;        // [Bc, chain_width]
+};
+__global__ void MtpChainSetupKernel(const MtpChainArgs a) {
+  const int64_t c = blockIdx.x;
+  const int32_t b = a.chain[4 * c], r0 = a.chain[4 * c + 1], r1 = a.chain[4 * c + 2], spec = a.chain[4 * c + 3];
+  const int64_t t0 = a.cu[b], n = a.cu[b + 1] - t0, start = a.tok_pos[t0];
+  int64_t r = n - 1;
+  int32_t y = a.next_ids[r1];
+  if (spec) {
+    r = 0;
+    while (r + 1 < n && a.next_ids[r0 + r] == a.ids[t0 + r + 1]) ++r;
+    y = a.next_ids[r0 + r];
+  }
+  const int64_t m0 = start + r, pt = a.page_tokens, f = (m0 + 1) / pt, off = (m0 + 1) % pt;
+  if (threadIdx.x == 0) a.ch_ids[c] = y;
+  for (int64_t j = threadIdx.x; j < a.steps; j += blockDim.x) a.ch_pos[j * a.num_chain + c] = static_cast<int32_t>(m0 + j);
+  for (int64_t e = threadIdx.x; e < a.d; e += blockDim.x) a.ch_hin[c * a.d + e] = a.hid[(t0 + r) * a.d + e];
+  for (int64_t p = threadIdx.x; p < a.chain_width; p += blockDim.x) {
+    int64_t page = 0;
+    if (p < f) page = p < a.max_pages ? a.block_table[b * a.max_pages + p] : 0;
+    else page = a.scratch_page0 + c * a.pages_per_chain + min(p - f, a.pages_per_chain - 1);
+    a.ch_table[c * a.chain_width + p] = static_cast<int32_t>(page);
+  }
+  if (off > 0) {
+    const int64_t src = static_cast<int64_t>(a.block_table[b * a.max_pages + f]) * pt;
+    const int64_t dst = (a.scratch_page0 + c * a.pages_per_chain) * pt;
+    for (int64_t e = threadIdx.x; e < off * a.R; e += blockDim.x) a.latent[dst * a.R + e] = a.latent[src * a.R + e];
+    for (int64_t e = threadIdx.x; e < off * a.rope; e += blockDim.x) a.krot[dst * a.rope + e] = a.krot[src * a.rope + e];
+  }
 }
 
 // ---- device weights ------------------------------------------------------------------------------
@@ -336,6 +452,13 @@ struct DWeights {
   DMat embed, lm_head;
   float* final_norm = nullptr;
   std::vector<DLayer> layers;
+  // The MTP layer (CudaModelOptions::mtp_drafts > 0): attention and dense MLP in `mtp` (kMla,
+  // kDense, no hyper-connections), eh_proj [D, 2D] over [enorm(embedding) | hnorm(hidden)], the
+  // shared head's norm and head [V, D].
+  bool has_mtp = false;
+  DLayer mtp;
+  float *mtp_enorm = nullptr, *mtp_hnorm = nullptr, *mtp_head_norm = nullptr;
+  DMat mtp_eh, mtp_head;
 };
 
 // Allocates and fills device tensors from host weights (host != null) or random values.
@@ -592,6 +715,21 @@ struct CudaModel::Impl {
   int fold_next = 0;
   int32_t* fold_dev = nullptr;
   int64_t fold_ints = 0;
+  // MTP drafts (opts.mtp_drafts > 0; cuda_model.h): the key cache (fp32 latent / rope rows of
+  // num_pages pool pages, then mtp_spp scratch pages per chain row), per slot the pre-norm hidden
+  // state of its last token and (speculation) the rows of its uncommitted piece, per checkpoint a
+  // hidden state; commits of speculative pieces not yet enqueued; step scratch.
+  int64_t mtp_k = 0, mtp_spp = 0;
+  AttnCache mtp_cache;
+  float* mtp_hidden = nullptr;       // [max_seqs, D]
+  float* mtp_spec_hidden = nullptr;  // [max_seqs, spec_rows, D]
+  float* ckpt_hidden = nullptr;      // [num_ckpts, D]
+  std::vector<std::pair<int32_t, int32_t>> mtp_commits;
+  float *m_hid = nullptr, *m_hin = nullptr, *m_cat = nullptr, *m_x = nullptr, *m_x2 = nullptr, *m_logits = nullptr;
+  int32_t *m_iota = nullptr, *m_seq = nullptr, *m_pos = nullptr;
+  int32_t *ch_ids = nullptr, *ch_pos = nullptr, *ch_table = nullptr, *ch_drafts = nullptr;
+  int64_t ch_table_cap = 0;
+  Status FlushMtpCommits();
   RingCopyArgs RingArgs(int64_t l, const int32_t* cu, const int32_t* slots, int64_t b0, int64_t b1, bool to_ring) const {
     const int64_t Hh = c.linear_num_heads, P = Hh * c.linear_head_dim;
     RingCopyArgs a;
@@ -678,6 +816,13 @@ struct CudaModel::Impl {
       GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to_ckpt ? c_conv : s_conv, to_ckpt ? s_conv : c_conv, cv * 4,
                                                 cudaMemcpyDeviceToDevice, s()));
     }
+    if (mtp_k > 0 && ckpt_hidden) {
+      const int64_t D = c.hidden_size;
+      float* sh = mtp_hidden + slot * D;
+      float* ch = ckpt_hidden + ckpt * D;
+      GYRE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(to_ckpt ? ch : sh, to_ckpt ? sh : ch, D * 4, cudaMemcpyDeviceToDevice, s()));
+    }
     return Status::Ok();
   }
   // Sequence transfer: every page part of every attention layer as (device base, bytes per row),
@@ -698,6 +843,10 @@ struct CudaModel::Impl {
         parts.push_back({reinterpret_cast<uint8_t*>(ac.gamma), pt * rb});
         parts.push_back({reinterpret_cast<uint8_t*>(ac.pool_keys), pt / cuda::PoolKeyDiv(pt, c.index_kpool) * rb});
       }
+    }
+    if (mtp_k > 0) {  // the MTP key rows (fp32), after every layer's
+      parts.push_back({mtp_cache.latent, pt * c.kv_lora_rank * 4});
+      if (mtp_cache.krot) parts.push_back({mtp_cache.krot, pt * c.qk_rope_head_dim * 4});
     }
     return parts;
   }
@@ -755,6 +904,10 @@ struct CudaModel::Impl {
         out->push_back({reinterpret_cast<const uint8_t*>(dev), host + off, bytes});
         off += bytes;
       }
+    }
+    if (mtp_k > 0) {  // the MTP's hidden state of the slot's last token, after every KDA layer's
+      const size_t bytes = static_cast<size_t>(c.hidden_size) * sizeof(float);
+      out->push_back({reinterpret_cast<const uint8_t*>(mtp_hidden + slot * c.hidden_size), host + off, bytes});
     }
   }
   // Device → host through the pinned buffer on finished_stream: copies are batched until the
@@ -865,6 +1018,7 @@ struct CudaModel::Impl {
     uint32_t* masks = nullptr;       // [max_seqs, mask_words]
     int32_t* ids = nullptr;
     float* lps = nullptr;
+    int32_t* drafts = nullptr;  // MTP drafts [chains, chain_k]
     // The launched step.
     int64_t step = 0;  // launch number: its events are ev_begin/ev_end[step % 4]
     size_t pieces = 0;
@@ -872,6 +1026,8 @@ struct CudaModel::Impl {
     bool use_graph = false, want_logits = false, want_logprobs = false;
     std::vector<int64_t> row_of_input, nrows_of_input;
     std::vector<uint8_t> sampled, spec;
+    std::vector<int32_t> chain_of_input, mtp_of_input;  // per piece: its draft chain (-1: none), StepPiece::mtp
+    int64_t chain_k = 0;
     std::vector<int32_t> top_logprobs;
     std::vector<float> all;                                       // want_logits: every row
     // Logit processing inputs of the step (uploaded at launch).
@@ -895,6 +1051,9 @@ struct CudaModel::Impl {
   // written) / the slot whose conv tail takes the piece's inputs (-1 for a speculative piece).
   int64_t blob_ints = 0, o_ids = 0, o_seq = 0, o_pos = 0, o_cu = 0, o_slots = 0, o_rows = 0, o_rslot = 0, o_bt = 0,
           o_keep = 0, o_tslots = 0, bt_cap = 0;
+  // o_mtp (per sequence): its StepPiece::mtp (-1: no MTP); o_chain: per draft chain (batch row,
+  // first and last logits row of its piece, speculative) (MtpChainSetupKernel).
+  int64_t o_mtp = 0, o_chain = 0;
   int32_t* dev_blob = nullptr;
 
   // Step timing: begin/end events of launch n are [n % 4]: with at most two steps outstanding,
@@ -951,7 +1110,8 @@ struct CudaModel::Impl {
 
     for (Staging& st : staging) {
       for (void* p : {static_cast<void*>(st.blob), static_cast<void*>(st.params), static_cast<void*>(st.ids),
-                      static_cast<void*>(st.lps), static_cast<void*>(st.mask_row), static_cast<void*>(st.masks)})
+                      static_cast<void*>(st.lps), static_cast<void*>(st.mask_row), static_cast<void*>(st.masks),
+                      static_cast<void*>(st.drafts)})
         if (p) (void)cudaFreeHost(p);
     }
     if (finished_pinned) (void)cudaFreeHost(finished_pinned);
@@ -1002,6 +1162,11 @@ struct CudaModel::Impl {
                             &L.kv_b, &L.mla_o, &L.idx_wq_b, &L.gate_up, &L.down, &L.router})
         add(*m);
     add(w.lm_head);
+    if (w.has_mtp) {
+      for (const DMat* m : {&w.mtp.mla_a, &w.mtp.q_b, &w.mtp.q_proj, &w.mtp.kv_b, &w.mtp.mla_o, &w.mtp.gate_up,
+                            &w.mtp.down, &w.mtp_eh, &w.mtp_head})
+        add(*m);
+    }
     for (const auto& [n, k, bf16] : shapes)
       GYRE_RETURN_IF_ERROR(gemm->Prepare(bf16 ? cuda::GemmDType::kBf16F32 : cuda::GemmDType::kF32, n, k, std::max<int64_t>(nmax, 1)));
     return Status::Ok();
@@ -1106,10 +1271,18 @@ struct CudaModel::Impl {
     bool sampling = false;             // some row samples (SampleRows), else greedy (Argmax)
     bool masked = false;               // some row has a token mask (ApplyTokenMask first)
     bool penalized = false;            // some row has logit processing (ApplyPenaltyRows before the mask)
+    int64_t max_ctx = 0;               // longest start + tokens of the step's pieces
+    bool mtp = false;                  // some piece runs the MTP layer (StepPiece::mtp >= 0)
+    int64_t nchain = 0, chain_k = 0;   // draft chains (blob o_chain) and the steps they run
   };
   Status RunLayers(const StepDims& d);
   Status KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out);
-  Status AttnLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out, const int32_t** last_sel);
+  Status AttnLayer(const StepDims& d, const DLayer& L, AttnCache& ac, const float* x, float* out,
+                   const int32_t** last_sel);
+  // The MTP layer's input rows: eh_proj([enorm(embed(ids)) | hnorm(hin)]) → out [n, D].
+  Status MtpInput(const int32_t* ids, const float* hin, int64_t n, float* out);
+  // After the head of a step with MTP pieces: their key rows, then the draft chains (ch_drafts).
+  Status MtpStep(const StepDims& d);
   Status MlpLayer(const StepDims& d, const DLayer& L, const float* x, float* out);
   Status Head(const StepDims& d, float* logits_out);
   Status CaptureDecode(const StepDims& d, cudaGraphExec_t* exec);
@@ -1127,6 +1300,61 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
   GYRE_ASSIGN_OR_RETURN(w.embed, b.Mat(host ? &host->embed : nullptr, V, D, Init{Dist::kNormal, 0, 1}));
   GYRE_ASSIGN_OR_RETURN(w.lm_head, b.Mat(host ? &host->lm_head : nullptr, lm_rows, D, Lin(D)));
   GYRE_ASSIGN_OR_RETURN(w.final_norm, b.Vec(host ? &host->final_norm : nullptr, D, kNormInit));
+  // An MLA / DSA attention block's weights (a layer's, or the MTP layer's without indexer).
+  auto build_mla = [&](DLayer& L, const MlaWeights& m, bool indexer) -> Status {
+    const int64_t Hh = c.num_attention_heads, qk = c.qk_head_dim(), R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+    const int64_t ql = c.q_lora_rank;
+    L.has_indexer = indexer;
+    const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
+    std::vector<Builder::Part> parts;
+    int64_t off = 0;
+    if (ql > 0) {
+      L.ma_q = off;
+      parts.push_back({H(m.q_a), ql, off, Lin(D)});
+      off += Pad8(ql);
+    }
+    L.ma_kv = off;
+    parts.push_back({H(m.kv_a), R + rope, off, Lin(D)});
+    off += Pad8(R + rope);
+    if (L.has_indexer) {
+      const IndexerWeights& iw = m.indexer;
+      L.ma_ik = off;
+      parts.push_back({H(iw.wk), di, off, Lin(D)});
+      off += Pad8(di);
+      L.ma_ig = off;
+      parts.push_back({H(iw.compress_gate), di, off, Lin(D)});
+      off += Pad8(di);
+      L.ma_iw = off;
+      parts.push_back({H(iw.weights_proj), Hi, off, Lin(D)});
+      off += Pad8(Hi);
+    }
+    L.ma_width = off;
+    GYRE_ASSIGN_OR_RETURN(L.mla_a, b.QMat(off, D, parts));
+    if (ql > 0) {
+      GYRE_ASSIGN_OR_RETURN(L.q_a_norm, b.Vec(Hv(m.q_a_norm), ql, kNormInit));
+      GYRE_ASSIGN_OR_RETURN(L.q_b, b.QMat(H(m.q_b), Hh * qk, ql, Lin(ql)));
+    } else {
+      GYRE_ASSIGN_OR_RETURN(L.q_proj, b.QMat(H(m.q_proj), Hh * qk, D, Lin(D)));
+    }
+    GYRE_ASSIGN_OR_RETURN(L.kv_a_norm, b.Vec(Hv(m.kv_a_norm), R, kNormInit));
+    GYRE_ASSIGN_OR_RETURN(L.kv_b, b.Mat(H(m.kv_b), Hh * (c.qk_nope_head_dim + c.v_head_dim), R, Lin(R)));
+    GYRE_ASSIGN_OR_RETURN(L.mla_o, b.QMat(H(m.o), D, Hh * c.v_head_dim, Lin(Hh * c.v_head_dim)));
+    if (L.has_indexer) {
+      const IndexerWeights& iw = m.indexer;
+      GYRE_ASSIGN_OR_RETURN(L.idx_wq_b, b.QMat(H(iw.wq_b), Hi * di, ql, Lin(ql)));
+      GYRE_ASSIGN_OR_RETURN(L.k_norm_w, b.Vec(Hv(iw.k_norm_w), di, kNormInit));
+      GYRE_ASSIGN_OR_RETURN(L.k_norm_b, b.Vec(Hv(iw.k_norm_b), di, Init{Dist::kNormal, 0, 0.1f}));
+      GYRE_ASSIGN_OR_RETURN(DMat ape, b.Mat(H(iw.ape), c.index_kpool, di, Init{Dist::kNormal, 0, 0.5f}, true));
+      L.ape = static_cast<float*>(const_cast<void*>(ape.data));
+    }
+    return Status::Ok();
+  };
+  auto swiglu = [&](const MlpWeights* mw, int64_t I, DMat* gate_up, DMat* down) -> Status {
+    GYRE_ASSIGN_OR_RETURN(*gate_up, b.QMat(2 * I, D, {{mw ? &mw->gate : nullptr, I, 0, Lin(D)},
+                                                      {mw ? &mw->up : nullptr, I, I, Lin(D)}}));
+    GYRE_ASSIGN_OR_RETURN(*down, b.QMat(mw ? &mw->down : nullptr, D, I, Lin(I)));
+    return Status::Ok();
+  };
   w.layers.resize(c.num_hidden_layers);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     DLayer& L = w.layers[l];
@@ -1164,60 +1392,9 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
       GYRE_ASSIGN_OR_RETURN(L.o_norm, b.Vec(Hv(k.o_norm), K, kNormInit));
       GYRE_ASSIGN_OR_RETURN(L.kda_o, b.QMat(H(k.o), D, P, Lin(P)));
     } else {
-      const MlaWeights& m = hl.mla;
-      const int64_t Hh = c.num_attention_heads, qk = c.qk_head_dim(), R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
-      const int64_t ql = c.q_lora_rank;
-      L.has_indexer = L.attn == AttnKind::kDsa && c.indexer_types[l] == IndexerKind::kFull;
-      const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
-      std::vector<Builder::Part> parts;
-      int64_t off = 0;
-      if (ql > 0) {
-        L.ma_q = off;
-        parts.push_back({H(m.q_a), ql, off, Lin(D)});
-        off += Pad8(ql);
-      }
-      L.ma_kv = off;
-      parts.push_back({H(m.kv_a), R + rope, off, Lin(D)});
-      off += Pad8(R + rope);
-      if (L.has_indexer) {
-        const IndexerWeights& iw = m.indexer;
-        L.ma_ik = off;
-        parts.push_back({H(iw.wk), di, off, Lin(D)});
-        off += Pad8(di);
-        L.ma_ig = off;
-        parts.push_back({H(iw.compress_gate), di, off, Lin(D)});
-        off += Pad8(di);
-        L.ma_iw = off;
-        parts.push_back({H(iw.weights_proj), Hi, off, Lin(D)});
-        off += Pad8(Hi);
-      }
-      L.ma_width = off;
-      GYRE_ASSIGN_OR_RETURN(L.mla_a, b.QMat(off, D, parts));
-      if (ql > 0) {
-        GYRE_ASSIGN_OR_RETURN(L.q_a_norm, b.Vec(Hv(m.q_a_norm), ql, kNormInit));
-        GYRE_ASSIGN_OR_RETURN(L.q_b, b.QMat(H(m.q_b), Hh * qk, ql, Lin(ql)));
-      } else {
-        GYRE_ASSIGN_OR_RETURN(L.q_proj, b.QMat(H(m.q_proj), Hh * qk, D, Lin(D)));
-      }
-      GYRE_ASSIGN_OR_RETURN(L.kv_a_norm, b.Vec(Hv(m.kv_a_norm), R, kNormInit));
-      GYRE_ASSIGN_OR_RETURN(L.kv_b, b.Mat(H(m.kv_b), Hh * (c.qk_nope_head_dim + c.v_head_dim), R, Lin(R)));
-      GYRE_ASSIGN_OR_RETURN(L.mla_o, b.QMat(H(m.o), D, Hh * c.v_head_dim, Lin(Hh * c.v_head_dim)));
-      if (L.has_indexer) {
-        const IndexerWeights& iw = m.indexer;
-        GYRE_ASSIGN_OR_RETURN(L.idx_wq_b, b.QMat(H(iw.wq_b), Hi * di, ql, Lin(ql)));
-        GYRE_ASSIGN_OR_RETURN(L.k_norm_w, b.Vec(Hv(iw.k_norm_w), di, kNormInit));
-        GYRE_ASSIGN_OR_RETURN(L.k_norm_b, b.Vec(Hv(iw.k_norm_b), di, Init{Dist::kNormal, 0, 0.1f}));
-        GYRE_ASSIGN_OR_RETURN(DMat ape, b.Mat(H(iw.ape), c.index_kpool, di, Init{Dist::kNormal, 0, 0.5f}, true));
-        L.ape = static_cast<float*>(const_cast<void*>(ape.data));
-      }
+      GYRE_RETURN_IF_ERROR(build_mla(L, hl.mla, L.attn == AttnKind::kDsa && c.indexer_types[l] == IndexerKind::kFull));
     }
     // MLP.
-    auto swiglu = [&](const MlpWeights* mw, int64_t I, DMat* gate_up, DMat* down) -> Status {
-      GYRE_ASSIGN_OR_RETURN(*gate_up, b.QMat(2 * I, D, {{mw ? &mw->gate : nullptr, I, 0, Lin(D)},
-                                                        {mw ? &mw->up : nullptr, I, I, Lin(D)}}));
-      GYRE_ASSIGN_OR_RETURN(*down, b.QMat(mw ? &mw->down : nullptr, D, I, Lin(I)));
-      return Status::Ok();
-    };
     if (L.mlp == MlpKind::kDense) {
       // The host's width (a TP shard's may differ from the config's by the split).
       GYRE_RETURN_IF_ERROR(swiglu(host ? &hl.dense : nullptr, host ? hl.dense.gate.rows : c.intermediate_size,
@@ -1259,6 +1436,25 @@ Status CudaModel::Impl::BuildWeights(const ModelWeights* host) {
                                     &L.gate_up, &L.down));
       }
     }
+  }
+  if (opts.mtp_drafts > 0) {
+    // The MTP layer (model/weights.h MtpWeights; the CPU's Model::MtpRows is its reference).
+    static const MtpWeights kNoMtp;
+    const MtpWeights& mw = host ? host->mtp : kNoMtp;
+    DLayer& L = w.mtp;
+    w.has_mtp = true;
+    L.attn = AttnKind::kMla;
+    L.mlp = MlpKind::kDense;
+    GYRE_ASSIGN_OR_RETURN(w.mtp_enorm, b.Vec(Hv(mw.enorm), D, kNormInit));
+    GYRE_ASSIGN_OR_RETURN(w.mtp_hnorm, b.Vec(Hv(mw.hnorm), D, kNormInit));
+    GYRE_ASSIGN_OR_RETURN(w.mtp_eh, b.QMat(H(mw.eh_proj), D, 2 * D, Lin(2 * D)));
+    GYRE_ASSIGN_OR_RETURN(L.input_norm, b.Vec(Hv(mw.input_norm), D, kNormInit));
+    GYRE_ASSIGN_OR_RETURN(L.post_norm, b.Vec(Hv(mw.post_norm), D, kNormInit));
+    GYRE_RETURN_IF_ERROR(build_mla(L, mw.mla, /*indexer=*/false));
+    GYRE_RETURN_IF_ERROR(swiglu(host ? &mw.mlp : nullptr, host ? mw.mlp.gate.rows : c.intermediate_size, &L.gate_up,
+                                &L.down));
+    GYRE_ASSIGN_OR_RETURN(w.mtp_head_norm, b.Vec(Hv(mw.head_norm), D, kNormInit));
+    GYRE_ASSIGN_OR_RETURN(w.mtp_head, b.Mat(H(mw.head), V, D, Lin(D)));
   }
   if (b.weight_only_fused() > 0)
     std::fprintf(stderr, "cuda model: %lld fused projections mix quantized and kept weights; they run on the "
@@ -1302,6 +1498,28 @@ Status CudaModel::Impl::BuildPools() {
       }
     }
   }
+  if (mtp_k > 0) {
+    // The MTP key cache: the pool's pages (in the page images: kv_bytes), then each chain row's
+    // scratch pages (bmax as BuildScratch computes it). Zeroed: pages shared from a sequence that
+    // ran without MTP read as zero keys, not as NaN.
+    const int64_t R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+    const int64_t chains = std::min<int64_t>(opts.max_seqs, opts.max_batch_tokens);
+    const int64_t all_rows = (num_pages + chains * mtp_spp) * pt;
+    mtp_cache.kv = KvDtype::kF32;
+    for (auto [dst, width] : {std::pair<uint8_t**, int64_t>{&mtp_cache.latent, R}, {&mtp_cache.krot, rope}}) {
+      if (width == 0) continue;
+      GYRE_ASSIGN_OR_RETURN(void* p, Alloc(all_rows * width * 4));
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, all_rows * width * 4, s()));
+      *dst = static_cast<uint8_t*>(p);
+      stats.kv_bytes += rows * width * 4;
+      stats.mtp_bytes += (all_rows - rows) * width * 4;
+    }
+    GYRE_ASSIGN_OR_RETURN(mtp_hidden, AllocN<float>(opts.max_seqs * c.hidden_size, &stats.state_bytes));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(mtp_hidden, 0, opts.max_seqs * c.hidden_size * 4, s()));
+    if (spec_rows > 0) {
+      GYRE_ASSIGN_OR_RETURN(mtp_spec_hidden, AllocN<float>(opts.max_seqs * spec_rows * c.hidden_size, &stats.spec_bytes));
+    }
+  }
   return Status::Ok();
 }
 
@@ -1336,6 +1554,11 @@ Status CudaModel::Impl::BuildScratch() {
     if (L.gate_up.data) max_i = std::max(max_i, L.gate_up.rows / 2);
   }
   if (any_moe) max_i = std::max(max_i, c.moe_intermediate_size);
+  if (w.has_mtp) {  // the MTP layer: an MLA block, a dense MLP, eh_proj over 2D inputs
+    any_attn = true;
+    max_i = std::max(max_i, w.mtp.gate_up.rows / 2);
+    max_in = std::max(max_in, 2 * D);
+  }
   max_in = std::max(max_in, max_i);
   if (any_kda) {
     const int64_t P = c.linear_num_heads * c.linear_head_dim, K = c.linear_head_dim, Hh = c.linear_num_heads;
@@ -1352,6 +1575,7 @@ Status CudaModel::Impl::BuildScratch() {
     const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
     int64_t wa = 0;
     for (const DLayer& L : w.layers) wa = std::max(wa, L.ma_width);
+    if (w.has_mtp) wa = std::max(wa, w.mtp.ma_width);
     max_in = std::max({max_in, ql, Hh * c.v_head_dim});
     GYRE_ASSIGN_OR_RETURN(pa, AllocN<float>(N * wa, sb));
     GYRE_ASSIGN_OR_RETURN(q_resid, AllocN<float>(N * std::max<int64_t>(ql, 1), sb));
@@ -1394,6 +1618,10 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(xb, Alloc(xb_elems * 2));
   }
   bool any_w8a8 = false;
+  if (w.has_mtp) {
+    for (const DMat* m : {&w.mtp.mla_a, &w.mtp.q_b, &w.mtp.q_proj, &w.mtp.mla_o, &w.mtp.gate_up, &w.mtp.down, &w.mtp_eh})
+      any_w8a8 |= m->qscheme != 0;
+  }
   for (const DLayer& L : w.layers) {
     for (const DMat* m : {&L.kda_qkv, &L.kda_o, &L.mla_a, &L.q_b, &L.q_proj, &L.mla_o, &L.idx_wq_b, &L.gate_up,
                           &L.down})
@@ -1442,7 +1670,9 @@ Status CudaModel::Impl::BuildScratch() {
   o_rslot = o_slots + bmax;
   o_keep = o_rslot + N;
   o_tslots = o_keep + bmax;
-  o_bt = o_tslots + bmax;
+  o_mtp = o_tslots + bmax;
+  o_chain = o_mtp + bmax;
+  o_bt = o_chain + 4 * bmax;
   blob_ints = o_bt + bt_cap;
   for (Staging& st : staging) GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.blob, blob_ints * 4));
   GYRE_ASSIGN_OR_RETURN(dev_blob, AllocN<int32_t>(blob_ints, sb));
@@ -1456,6 +1686,27 @@ Status CudaModel::Impl::BuildScratch() {
     }
     GYRE_ASSIGN_OR_RETURN(fold_dev, AllocN<int32_t>(fold_ints, sb));
     spec_len.assign(opts.max_seqs, 0);
+  }
+  if (mtp_k > 0) {
+    for (float** p : {&m_hin, &m_x, &m_x2}) {
+      GYRE_ASSIGN_OR_RETURN(*p, AllocN<float>(N * D, sb));
+    }
+    if (n_streams > 1) {
+      GYRE_ASSIGN_OR_RETURN(m_hid, AllocN<float>(N * D, sb));
+    }
+    GYRE_ASSIGN_OR_RETURN(m_cat, AllocN<float>(N * 2 * D, sb));
+    GYRE_ASSIGN_OR_RETURN(m_logits, AllocN<float>(bmax * c.vocab_size, sb));
+    for (int32_t** p : {&m_iota, &m_seq, &m_pos}) {
+      GYRE_ASSIGN_OR_RETURN(*p, AllocN<int32_t>(N, sb));
+    }
+    GYRE_ASSIGN_OR_RETURN(ch_ids, AllocN<int32_t>(bmax, sb));
+    GYRE_ASSIGN_OR_RETURN(ch_pos, AllocN<int32_t>(bmax * mtp_k, sb));
+    GYRE_ASSIGN_OR_RETURN(ch_drafts, AllocN<int32_t>(bmax * mtp_k, sb));
+    ch_table_cap = bmax * (ctx_cap / opts.page_tokens + 1 + mtp_spp);
+    GYRE_ASSIGN_OR_RETURN(ch_table, AllocN<int32_t>(ch_table_cap, sb));
+    IotaKernel<<<GridFor(N), 256, 0, s()>>>(m_iota, N);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    for (Staging& st : staging) GYRE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&st.drafts, bmax * mtp_k * sizeof(int32_t)));
   }
   // Warm the sampler once outside any graph capture (it raises its shared-memory limit on first use).
   GYRE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(glogits, 0, c.vocab_size * 4, s()));
@@ -1532,6 +1783,7 @@ Status CudaModel::Impl::KdaLayer(const StepDims& d, const DLayer& L, int64_t li,
 }
 
 Status CudaModel::Impl::FlushFolds() {
+  GYRE_RETURN_IF_ERROR(FlushMtpCommits());
   if (folds.empty()) return Status::Ok();
   GYRE_SPAN("cuda.spec_fold", "step");
   // Batches of at most nmax rows (the flat scratch), each as cu [count + 1] then slots [count].
@@ -1585,12 +1837,11 @@ Status CudaModel::Impl::FlushFolds() {
   return Status::Ok();
 }
 
-Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out,
+Status CudaModel::Impl::AttnLayer(const StepDims& d, const DLayer& L, AttnCache& ac, const float* x, float* out,
                                   const int32_t** last_sel) {
   const int64_t N = d.n, Hh = c.num_attention_heads, R = c.kv_lora_rank, rope = c.qk_rope_head_dim;
   const int64_t ql = c.q_lora_rank, Wa = L.ma_width;
   const bool dsa = L.attn == AttnKind::kDsa;
-  AttnCache& ac = cache[li];
   GYRE_RETURN_IF_ERROR(Sec("mla.in_proj"));
   GYRE_RETURN_IF_ERROR(Linear(x, N, L.mla_a, pa));
   if (ql > 0) {
@@ -1726,7 +1977,7 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
     if (L.attn == AttnKind::kKda) {
       GYRE_RETURN_IF_ERROR(KdaLayer(d, L, l, h, a));
     } else {
-      GYRE_RETURN_IF_ERROR(AttnLayer(d, L, l, h, a, &last_sel));
+      GYRE_RETURN_IF_ERROR(AttnLayer(d, L, cache[l], h, a, &last_sel));
     }
     if (hc) {
       GYRE_RETURN_IF_ERROR(Sec("hc.post+pre"));
@@ -1813,6 +2064,138 @@ Status CudaModel::Impl::Head(const StepDims& d, float* logits_out) {
   GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   GYRE_RETURN_IF_ERROR(Sec("end"));
   if (profiling) GYRE_CUDA_RETURN_IF_ERROR(cudaEventRecord(events.back(), s()));
+  return Status::Ok();
+}
+
+// ---- MTP drafts ----------------------------------------------------------------------------------
+
+Status CudaModel::Impl::MtpInput(const int32_t* ids, const float* hin, int64_t n, float* out) {
+  const int64_t D = c.hidden_size;
+  GYRE_RETURN_IF_ERROR(cuda::Embedding(ids, n, w.embed, y, s()));
+  GYRE_RETURN_IF_ERROR(cuda::RmsNorm(y, n, D, D, w.mtp_enorm, c.rms_norm_eps, m_cat, 2 * D, s()));
+  GYRE_RETURN_IF_ERROR(cuda::RmsNorm(hin, n, D, D, w.mtp_hnorm, c.rms_norm_eps, m_cat + D, 2 * D, s()));
+  return Linear(m_cat, n, w.mtp_eh, out);
+}
+
+Status CudaModel::Impl::MtpStep(const StepDims& d) {
+  const int64_t N = d.n, D = c.hidden_size, R = c.kv_lora_rank, rope = c.qk_rope_head_dim, V = c.vocab_size;
+  const float eps = c.rms_norm_eps;
+  const DLayer& L = w.mtp;
+  sec_prefix = "mtp/";
+  cur_layer = c.num_hidden_layers;
+  // Pre-norm hidden rows of every token: the mean over the streams (the last layer's output
+  // without mHC), as SeqInput::hidden on the CPU.
+  GYRE_RETURN_IF_ERROR(Sec("hidden"));
+  const float* hid = X;
+  if (n_streams > 1) {
+    GYRE_RETURN_IF_ERROR(cuda::StreamMean(X, n_streams, D, m_iota, N, m_hid, s()));
+    hid = m_hid;
+  }
+  // Key rows of the MTP pieces' tokens (their outputs are not needed: a chain starts from the
+  // main model's hidden state), then each piece's last hidden state into its slot.
+  GYRE_RETURN_IF_ERROR(Sec("keys"));
+  MtpPrepKernel<<<static_cast<unsigned>(N), 128, 0, s()>>>(dev_blob + o_seq, dev_blob + o_pos, dev_blob + o_cu,
+                                                          dev_blob + o_slots, dev_blob + o_mtp, D, hid, mtp_hidden,
+                                                          m_hin, m_seq, m_pos);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  MtpSaveKernel<<<static_cast<unsigned>(d.b), 128, 0, s()>>>(dev_blob + o_cu, dev_blob + o_slots, dev_blob + o_mtp,
+                                                            dev_blob + o_keep, D, hid, mtp_hidden, mtp_spec_hidden,
+                                                            spec_rows);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  if (d.max_ctx >= 2) {  // (else every token is at position 0: no MTP row)
+    GYRE_RETURN_IF_ERROR(MtpInput(dev_blob + o_ids, m_hin, N, m_x));
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(m_x, N, D, D, L.input_norm, eps, h, D, s()));
+    GYRE_RETURN_IF_ERROR(Linear(h, N, L.mla_a, pa));
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(pa + L.ma_kv, N, R, L.ma_width, L.kv_a_norm, c.kva_norm_eps, latent, R, s()));
+    cuda::PagedBatch kb = d.pb;
+    kb.tok_seq = m_seq;
+    kb.tok_pos = m_pos;
+    kb.pos_shift = 1;
+    kb.max_context = std::max<int64_t>(1, d.max_ctx - 1);
+    GYRE_RETURN_IF_ERROR(cuda::CacheWriteKv(latent, R, R, kb, mtp_cache.latent, KvDtype::kF32, s()));
+    if (rope > 0)
+      GYRE_RETURN_IF_ERROR(cuda::CacheWriteKv(pa + L.ma_kv + R, L.ma_width, rope, kb, mtp_cache.krot, KvDtype::kF32, s()));
+  }
+  if (d.nchain == 0 || d.chain_k == 0) return Sec("end");
+  // The draft chains: set up on the device (acceptance of speculative pieces, block tables over
+  // the scratch pages), then chain_k MTP passes over the chain rows, each drafting one token.
+  GYRE_RETURN_IF_ERROR(Sec("chain.setup"));
+  const int64_t Bc = d.nchain, k = d.chain_k, pt = opts.page_tokens, cw = d.pb.max_pages + mtp_spp;
+  if (Bc * cw > ch_table_cap) return Status::Internal("cuda model: MTP chain table capacity exceeded");
+  MtpChainArgs ca;
+  ca.ids = dev_blob + o_ids;
+  ca.tok_pos = dev_blob + o_pos;
+  ca.cu = dev_blob + o_cu;
+  ca.block_table = dev_blob + o_bt;
+  ca.max_pages = d.pb.max_pages;
+  ca.chain = dev_blob + o_chain;
+  ca.num_chain = Bc;
+  ca.next_ids = next_ids;
+  ca.hid = hid;
+  ca.d = D;
+  ca.page_tokens = pt;
+  ca.steps = k;
+  ca.scratch_page0 = num_pages;
+  ca.pages_per_chain = mtp_spp;
+  ca.chain_width = cw;
+  ca.latent = reinterpret_cast<float*>(mtp_cache.latent);
+  ca.krot = reinterpret_cast<float*>(mtp_cache.krot);
+  ca.R = R;
+  ca.rope = rope;
+  ca.ch_ids = ch_ids;
+  ca.ch_hin = m_x2;
+  ca.ch_pos = ch_pos;
+  ca.ch_table = ch_table;
+  MtpChainSetupKernel<<<static_cast<unsigned>(Bc), 128, 0, s()>>>(ca);
+  GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  StepDims cd;
+  cd.n = cd.b = Bc;
+  cd.pb.tok_seq = m_iota;
+  cd.pb.block_table = ch_table;
+  cd.pb.num_tokens = Bc;
+  cd.pb.num_seqs = Bc;
+  cd.pb.max_pages = cw;
+  cd.pb.page_tokens = pt;
+  cd.pb.pos_shift = 1;
+  cd.pb.max_context = d.max_ctx + k - 1;
+  const float* hin = m_x2;
+  float* x = m_x;
+  for (int64_t j = 0; j < k; ++j) {
+    cd.pb.tok_pos = ch_pos + j * Bc;
+    GYRE_RETURN_IF_ERROR(Sec("chain.input"));
+    GYRE_RETURN_IF_ERROR(MtpInput(ch_ids, hin, Bc, x));
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(x, Bc, D, D, L.input_norm, eps, h, D, s()));
+    const int32_t* no_sel = nullptr;
+    GYRE_RETURN_IF_ERROR(AttnLayer(cd, L, mtp_cache, h, a, &no_sel));
+    GYRE_RETURN_IF_ERROR(cuda::AddInPlace(x, a, Bc * D, s()));
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(x, Bc, D, D, L.post_norm, eps, h, D, s()));
+    GYRE_RETURN_IF_ERROR(MlpLayer(cd, L, h, a));
+    GYRE_RETURN_IF_ERROR(cuda::AddInPlace(x, a, Bc * D, s()));
+    GYRE_RETURN_IF_ERROR(Sec("chain.head"));
+    GYRE_RETURN_IF_ERROR(cuda::RmsNorm(x, Bc, D, D, w.mtp_head_norm, eps, hn, D, s()));
+    GYRE_RETURN_IF_ERROR(Linear(hn, Bc, w.mtp_head, m_logits));
+    GYRE_RETURN_IF_ERROR(cuda::Argmax(m_logits, Bc, V, ch_ids, s()));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(ch_drafts + j, k * 4, ch_ids, 4, 4, Bc, cudaMemcpyDeviceToDevice, s()));
+    hin = x;
+    x = x == m_x ? m_x2 : m_x;
+  }
+  stats.mtp_chain_steps += k;
+  return Sec("end");
+}
+
+Status CudaModel::Impl::FlushMtpCommits() {
+  if (mtp_commits.empty()) return Status::Ok();
+  for (size_t i = 0; i < mtp_commits.size(); i += kMtpCommitsPerLaunch) {
+    MtpCommitArgs ca{};
+    const size_t n = std::min<size_t>(kMtpCommitsPerLaunch, mtp_commits.size() - i);
+    for (size_t j = 0; j < n; ++j) {
+      ca.slot[j] = mtp_commits[i + j].first;
+      ca.n[j] = mtp_commits[i + j].second;
+    }
+    MtpCommitKernel<<<static_cast<unsigned>(n), 128, 0, s()>>>(ca, mtp_spec_hidden, spec_rows, c.hidden_size, mtp_hidden);
+    GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  mtp_commits.clear();
   return Status::Ok();
 }
 
@@ -1955,6 +2338,17 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
     const int64_t Hh = config.linear_num_heads, P = Hh * config.linear_head_dim;
     impl->ring_row = 4 * P + (Hh + 3) / 4 * 4;
   }
+  if (opts.mtp_drafts < 0) return Status::InvalidArgument("cuda model: negative mtp_drafts");
+  if (opts.mtp_drafts > 0) {
+    if (opts.tp.comm || opts.pp.comm)
+      return Status::Unimplemented("cuda model: MTP drafts under tensor parallelism or layer split");
+    if (host ? !host->has_mtp : config.num_nextn_predict_layers < 1)
+      return Status::InvalidArgument("cuda model: MTP drafts need a model with an MTP layer "
+                                     "(num_nextn_predict_layers = 1)");
+    if (opts.mtp_drafts > 64) return Status::InvalidArgument("cuda model: mtp_drafts above 64");
+    impl->mtp_k = opts.mtp_drafts;
+    impl->mtp_spp = (opts.mtp_drafts + opts.page_tokens - 1) / opts.page_tokens + 1;
+  }
   GYRE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&impl->device));
   GYRE_ASSIGN_OR_RETURN(impl->stream, cuda::Stream::Create());
   GYRE_ASSIGN_OR_RETURN(impl->gemm, cuda::GemmLt::Create());
@@ -1980,6 +2374,11 @@ Result<std::unique_ptr<CudaModel::Impl>> MakeImpl(const ModelConfig& config, con
                        (c.index_head_dim * 4 + cuda::PoolKeyDiv(opts.page_tokens, c.index_kpool) - 1) /
                            cuda::PoolKeyDiv(opts.page_tokens, c.index_kpool);
       }
+    }
+    if (impl->mtp_k > 0) {  // the MTP key rows in every page, the hidden state (and its ring) per slot
+      row_bytes += (c.kv_lora_rank + c.qk_rope_head_dim) * 4;
+      state_per_slot += c.hidden_size * 4;
+      ring_per_slot += impl->spec_rows * c.hidden_size * 4;
     }
     int64_t reserve = std::max<int64_t>(opts.reserve_bytes, 0);
     if (reserve == 0 && opts.reserve_fraction > 0) {
@@ -2035,6 +2434,7 @@ RunnerCapacity CudaModel::capacity() const {
   r.max_step_tokens = m.nmax;
   r.max_step_pieces = m.bmax;
   r.speculative = m.spec_rows > 0;
+  r.mtp_drafts = m.mtp_k;
   r.bytes_per_page = m.num_pages > 0 ? m.stats.kv_bytes / m.num_pages : 0;
   r.bytes_per_slot = m.opts.max_seqs > 0 ? m.stats.state_bytes / m.opts.max_seqs : 0;
   // The KV dtype of every attention layer (0 when all are fp32, as a runner without a policy).
@@ -2055,6 +2455,7 @@ Status CudaModel::ReserveCheckpoints(int64_t count) {
   m.ckpt_buffers.clear();
   m.ckpt_state.assign(c.num_hidden_layers, nullptr);
   m.ckpt_conv.assign(c.num_hidden_layers, nullptr);
+  m.ckpt_hidden = nullptr;
   m.num_ckpts = 0;
   const int64_t Hh = c.linear_num_heads, K = c.linear_head_dim, P = Hh * K, W = c.linear_conv_kernel_dim;
   for (int64_t l = 0; l < c.num_hidden_layers && count > 0; ++l) {
@@ -2071,6 +2472,17 @@ Status CudaModel::ReserveCheckpoints(int64_t count) {
     m.ckpt_conv[l] = static_cast<float*>(cv->get());
     m.ckpt_buffers.push_back(std::move(*st));
     m.ckpt_buffers.push_back(std::move(*cv));
+  }
+  if (m.mtp_k > 0 && count > 0) {  // the MTP's hidden state travels with the KDA state
+    Result<DeviceBuffer> hb = DeviceBuffer::Create(count * c.hidden_size * 4);
+    if (!hb.ok()) {
+      m.ckpt_buffers.clear();
+      (void)cudaGetLastError();
+      return Status::ResourceExhausted("cuda model: no device memory for " + std::to_string(count) +
+                                       " MTP hidden-state checkpoints");
+    }
+    m.ckpt_hidden = static_cast<float*>(hb->get());
+    m.ckpt_buffers.push_back(std::move(*hb));
   }
   m.num_ckpts = count;
   return Status::Ok();
@@ -2159,6 +2571,7 @@ Status CudaModel::CommitSpeculative(SlotId slot, int64_t num_accepted) {
                                    std::to_string(len) + " speculative tokens");
   m.spec_len[slot] = 0;
   if (num_accepted > 0 && !m.spec_ring.empty()) m.folds.emplace_back(slot, static_cast<int32_t>(num_accepted));
+  if (num_accepted > 0 && m.mtp_spec_hidden) m.mtp_commits.emplace_back(slot, static_cast<int32_t>(num_accepted));
   return Status::Ok();
 }
 void CudaModel::SetDecodeGraphs(bool on) { impl_->opts.decode_graphs = on && !impl_->tp && !impl_->pp; }
@@ -2275,6 +2688,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   d.cu.push_back(0);
   int64_t t = 0;
   std::vector<int64_t> row_of_input(batch.size()), nrows_of_input(batch.size());
+  std::vector<int32_t> chain_of_input(batch.size(), -1);
   int64_t r = 0;
   for (int64_t bi = 0; bi < d.b; ++bi) {
     const StepPiece& in = batch[order[bi]];
@@ -2288,12 +2702,23 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     hb[m.o_slots + bi] = in.slot;
     hb[m.o_keep + bi] = in.speculative ? 1 : 0;
     hb[m.o_tslots + bi] = in.speculative ? -1 : in.slot;
+    hb[m.o_mtp + bi] = m.mtp_k > 0 ? in.mtp : -1;
+    if (m.mtp_k > 0 && in.mtp >= 0) d.mtp = true;
     d.slots.push_back(in.slot);
     for (int64_t p = 0; p < max_pages; ++p)
       hb[m.o_bt + bi * max_pages + p] = p < static_cast<int64_t>(in.pages.size()) ? in.pages[p] : 0;
     row_of_input[order[bi]] = r;
     const int64_t first = in.all_logits || in.speculative ? d.cu[bi] : t - 1;  // speculative: every row samples
     nrows_of_input[order[bi]] = t - first;
+    if (m.mtp_k > 0 && in.mtp > 0 && in.sample.enabled) {  // a draft chain after the piece's sample
+      chain_of_input[order[bi]] = static_cast<int32_t>(d.nchain);
+      int32_t* ch = hb + m.o_chain + 4 * d.nchain++;
+      ch[0] = static_cast<int32_t>(bi);
+      ch[1] = static_cast<int32_t>(r);
+      ch[2] = static_cast<int32_t>(r + (t - first) - 1);
+      ch[3] = in.speculative ? 1 : 0;
+      d.chain_k = std::max<int64_t>(d.chain_k, in.mtp);
+    }
     for (int64_t q = first; q < t; ++q) {
       // Greedy unless this is the sampled (last) row, or a row of a sampled speculative piece:
       // row j draws at offset + j against the piece's token j + 1 as its draft (none after the
@@ -2346,9 +2771,12 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   }
   hb[m.o_cu + d.b] = static_cast<int32_t>(t);
   d.rows = r;
+  d.max_ctx = max_ctx;
+  // A chain's keys reach position max_ctx + chain_k - 1: no further than the attention workspace.
+  d.chain_k = std::min<int64_t>(d.chain_k, std::max<int64_t>(m.ctx_cap - max_ctx + 1, 0));
   // Decode-only steps replay a CUDA graph of the bucket's size; padding rows are skipped by every
   // sequence-wise kernel (negative sequence and slot) and computed but ignored by token-wise ones.
-  const bool use_graph = m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b && !d.penalized;
+  const bool use_graph = m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b && !d.penalized && !d.mtp;
   if (use_graph) {
     const int64_t bucket = std::min<int64_t>(NextPow2(d.b), m.bmax);
     for (int64_t bi = d.b; bi < bucket; ++bi) {
@@ -2419,6 +2847,10 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   sg.want_logits = want_logits;
   sg.row_of_input = std::move(row_of_input);
   sg.nrows_of_input = std::move(nrows_of_input);
+  sg.chain_of_input = std::move(chain_of_input);
+  sg.mtp_of_input.assign(batch.size(), -1);
+  for (size_t i = 0; i < batch.size(); ++i) sg.mtp_of_input[i] = batch[i].mtp;
+  sg.chain_k = d.chain_k;
   sg.sampled.assign(batch.size(), 0);
   sg.spec.assign(batch.size(), 0);
   sg.top_logprobs.assign(batch.size(), 0);
@@ -2448,7 +2880,11 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     } else {
       GYRE_RETURN_IF_ERROR(m.RunLayers(d));
       GYRE_RETURN_IF_ERROR(m.Head(d, m.logits_buf.get<float>()));
+      if (d.mtp) GYRE_RETURN_IF_ERROR(m.MtpStep(d));
     }
+    if (d.nchain > 0 && d.chain_k > 0)
+      GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.drafts, m.ch_drafts, d.nchain * d.chain_k * 4,
+                                                cudaMemcpyDeviceToHost, m.s()));
     if (sg.want_logprobs) {
       GYRE_RETURN_IF_ERROR(cuda::RowLogProbs(dev_logits, d.rows, V, m.next_ids, m.row_logprob, m.s()));
       GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.lps, m.row_logprob, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));
@@ -2546,6 +2982,10 @@ Status CudaModel::Collect(std::vector<SampledToken>* out, std::vector<float>* lo
       SampledToken& tk = (*out)[i];
       tk.id = sg.ids[row];
       tk.logprob = sg.lps[row];
+      if (const int32_t cr = sg.chain_of_input[i]; cr >= 0) {
+        const int64_t k = std::min<int64_t>(sg.mtp_of_input[i], sg.chain_k);
+        tk.drafts.assign(sg.drafts + cr * sg.chain_k, sg.drafts + cr * sg.chain_k + k);
+      }
       if (sg.spec[i]) {  // (id, logprob) after every token of the piece (greedy or against its draft)
         for (int64_t r = sg.row_of_input[i]; r <= row; ++r) tk.rows.emplace_back(sg.ids[r], sg.lps[r]);
         continue;

@@ -104,6 +104,15 @@ struct CudaModelOptions {
   // layer and slot, a ring of that many tokens' KDA inputs (pre-conv inputs, gates, betas:
   // CudaModelStats::spec_bytes). 0: capacity().speculative is false. Not under TP or layer split.
   int64_t speculative_tokens = 0;
+  // > 0: MTP drafts (docs/engine.md "MTP drafts"; StepPiece::mtp): the checkpoint's MTP layer goes
+  // to the device (random weights for Random) and drafts up to this many tokens after a sampling
+  // piece, chained greedily. Each page then also holds one fp32 MTP key row (latent | rope) per
+  // token position q >= 1 (MTP position q - 1, read through PagedBatch::pos_shift 1), and each slot
+  // the pre-norm hidden state of its last token; both are in the page / slot images and the KDA
+  // checkpoints, as on the CPU runner. A chain writes its keys into scratch pages past the pool
+  // (a copy of the page it starts in), never into the sequence's pages past the piece. Steps with
+  // MTP pieces run eagerly (no decode graph). Not under TP or layer split.
+  int64_t mtp_drafts = 0;
   CudaTpOptions tp;                  // tensor parallelism (default: none)
   CudaPpOptions pp;                  // layer split (default: none); not together with tp
 };
@@ -112,6 +121,8 @@ struct CudaModelStats {
   int64_t weight_bytes = 0, kv_bytes = 0, state_bytes = 0, scratch_bytes = 0;
   int64_t reserved_bytes = 0;  // kept out of the pool (reserve_bytes, or reserve_fraction's share)
   int64_t spec_bytes = 0;      // ReplaySSM rings (speculative_tokens > 0)
+  int64_t mtp_bytes = 0;       // MTP drafts: the chain's scratch pages (page and slot parts are in kv_bytes / state_bytes)
+  int64_t mtp_chain_steps = 0; // MTP layer passes run for draft chains (one per draft position per step)
   int64_t spec_folds = 0;      // commits folded on the device (tokens > 0), and their launches' batches
   int64_t spec_fold_batches = 0;
   int64_t graphs = 0, graph_replays = 0;

@@ -42,7 +42,7 @@ int SmemOptin() {
 }
 
 internal::TokenRows Rows(const PagedBatch& b) {
-  return {b.tok_seq, b.tok_pos, b.block_table, b.max_pages, b.page_tokens};
+  return {b.tok_seq, b.tok_pos, b.block_table, b.max_pages, b.page_tokens, b.pos_shift};
 }
 
 Status CheckBatch(const PagedBatch& b, const char* op) {
@@ -51,9 +51,11 @@ Status CheckBatch(const PagedBatch& b, const char* op) {
   if (b.num_tokens == 0) return Status::Ok();
   if (!b.tok_seq || !b.tok_pos || !b.block_table) return Status::InvalidArgument(o + ": null batch array");
   if (b.num_seqs < 1 || b.max_pages < 1 || b.page_tokens < 1) return Status::InvalidArgument(o + ": empty page table");
-  if (b.max_context < 1 || b.max_context > b.max_pages * b.page_tokens || b.max_context >= (int64_t(1) << 31))
+  if (b.pos_shift < 0) return Status::InvalidArgument(o + ": negative pos_shift");
+  if (b.max_context < 1 || b.max_context + b.pos_shift > b.max_pages * b.page_tokens ||
+      b.max_context >= (int64_t(1) << 31))
     return Status::InvalidArgument(o + ": max_context " + std::to_string(b.max_context) +
-                                   " out of [1, max_pages * page_tokens] or >= 2^31");
+                                   " out of [1, max_pages * page_tokens - pos_shift] or >= 2^31");
   return Status::Ok();
 }
 

@@ -17,6 +17,7 @@
 // captured in a CUDA graph and replayed with new contents): token i belongs to batch row
 // tok_seq[i] and sits at absolute position tok_pos[i]; it sees keys 0..tok_pos[i] of its row.
 // A token with tok_seq[i] < 0 is padding: skipped, outputs zero / empty selections.
+// PagedBatch::pos_shift moves every position of a batch by a constant (the MTP layer's keys).
 //
 // Conventions: device pointers; sizes validated before any launch (InvalidArgument); enqueue on
 // `stream`, launches checked, no synchronization, no allocation.
@@ -42,6 +43,12 @@ struct PagedBatch {
   const int32_t* block_table = nullptr;  // [num_seqs, max_pages]
   int64_t num_tokens = 0, num_seqs = 0, max_pages = 0, page_tokens = 0;
   int64_t max_context = 0;  // upper bound on tok_pos + 1 over the batch (sizes grids/workspaces)
+  // Cache rows of this batch sit pos_shift positions later in their rows' pages: position j (a
+  // token's own row, a key, a selected index) lives at the physical row of j + pos_shift. A token
+  // at tok_pos p sees keys 0..p, read from positions pos_shift..p + pos_shift. 0: the usual paging;
+  // 1: the MTP layer's keys, whose position j is stored with token position j + 1 (runtime/cuda_model.h).
+  // REQUIRES: max_context + pos_shift <= max_pages * page_tokens.
+  int64_t pos_shift = 0;
 };
 
 // Writes src row i (width floats, row stride ld_src) into `cache` (row stride `width`) at the

@@ -63,7 +63,7 @@ struct DeviceBatch {
 };
 
 Result<DeviceBatch> MakeBatch(const Paging& pg, const std::vector<int32_t>& tok_seq, const std::vector<int32_t>& tok_pos,
-                              int64_t max_context, cudaStream_t s) {
+                              int64_t max_context, cudaStream_t s, int64_t shift = 0) {
   DeviceBatch d;
   GYRE_ASSIGN_OR_RETURN(d.table, UploadVec(pg.table, s));
   GYRE_ASSIGN_OR_RETURN(d.seq, UploadVec(tok_seq, s));
@@ -76,17 +76,19 @@ Result<DeviceBatch> MakeBatch(const Paging& pg, const std::vector<int32_t>& tok_
   d.b.max_pages = pg.max_pages;
   d.b.page_tokens = kPageTokens;
   d.b.max_context = max_context;
+  d.b.pos_shift = shift;
   return Result<DeviceBatch>(std::move(d));
 }
 
 // Writes host rows [n, width] to positions `pos` of batch row kSeq in the device cache (row width
 // `width`), through the CacheWrite kernel, and waits.
 Status WriteRows(const float* rows, int64_t width, const std::vector<int32_t>& pos, const Paging& pg, float* cache,
-                 cudaStream_t s) {
+                 cudaStream_t s, int64_t shift = 0) {
   if (pos.empty()) return Status::Ok();
   const int64_t n = static_cast<int64_t>(pos.size());
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer src, Upload(rows, sizeof(float) * n * width, s));
-  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, std::vector<int32_t>(n, kSeq), pos, pg.max_pages * kPageTokens, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, std::vector<int32_t>(n, kSeq), pos,
+                                                  pg.max_pages * kPageTokens - shift, s, shift));
   GYRE_RETURN_IF_ERROR(CacheWrite(src.get<float>(), width, width, db.b, cache, s));
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return Status::Ok();
@@ -125,11 +127,13 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
   GYRE_ASSIGN_OR_RETURN(Stream st, Stream::Create());
   const cudaStream_t s = st.get();
   const int64_t H = a.heads, L = a.kv_lora, qd = a.nope + a.rope, n = a.s + 1, vd = a.v;
-  const Paging pg = MakePaging(a.t);
+  if (a.pos_shift < 0) return Status::InvalidArgument("mla host: negative pos_shift");
+  const int64_t sh = a.pos_shift;
+  const Paging pg = MakePaging(a.t + sh);
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer latent, Poisoned(sizeof(float) * pg.rows() * L, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer krot, Poisoned(sizeof(float) * pg.rows() * std::max<int64_t>(a.rope, 1), s));
-  GYRE_RETURN_IF_ERROR(WriteRows(a.latent, L, Iota(a.t), pg, latent.get<float>(), s));
-  if (a.rope > 0) GYRE_RETURN_IF_ERROR(WriteRows(a.krot, a.rope, Iota(a.t), pg, krot.get<float>(), s));
+  GYRE_RETURN_IF_ERROR(WriteRows(a.latent, L, Iota(a.t), pg, latent.get<float>(), s, sh));
+  if (a.rope > 0) GYRE_RETURN_IF_ERROR(WriteRows(a.krot, a.rope, Iota(a.t), pg, krot.get<float>(), s, sh));
 
   // Token 0 is padding with NaN queries and a plausible-looking selection; tokens 1..s are real.
   std::vector<float> q(n * H * qd, kNaN);
@@ -155,7 +159,7 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer dsel, UploadVec(sel, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer dcnt, UploadVec(cnt, s));
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer dkvb, Upload(a.kv_b, sizeof(float) * H * (a.nope + vd) * L, s));
-  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, a.t, s));
+  GYRE_ASSIGN_OR_RETURN(DeviceBatch db, MakeBatch(pg, tok_seq, tok_pos, a.t, s, sh));
   const MlaDims d{H, a.nope, a.rope, vd, L, a.scale};
   // One run with fresh NaN-poisoned workspace and output; checks the padding token's zero output.
   auto run_on = [&](const void* lat, const void* rot, KvDtype kv, const DMat& kvb,
@@ -203,20 +207,20 @@ Status MlaAttentionOnDevice(const MlaHostArgs& a, float* out) {
       const int64_t rb = KvRowBytes(kv, width);
       GYRE_ASSIGN_OR_RETURN(*quant, Poisoned(static_cast<size_t>(pg.rows() * rb), s));
       GYRE_ASSIGN_OR_RETURN(DeviceBuffer src, Upload(rows, sizeof(float) * a.t * width, s));
-      GYRE_ASSIGN_OR_RETURN(DeviceBatch wb, MakeBatch(pg, std::vector<int32_t>(a.t, kSeq), Iota(a.t), a.t, s));
+      GYRE_ASSIGN_OR_RETURN(DeviceBatch wb, MakeBatch(pg, std::vector<int32_t>(a.t, kSeq), Iota(a.t), a.t, s, sh));
       GYRE_RETURN_IF_ERROR(CacheWriteKv(src.get<float>(), width, width, wb.b, quant->get(), kv, s));
       GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> got, Download<uint8_t>(*quant, pg.rows() * rb, s));
       std::vector<uint8_t> want(rb);
       std::vector<float> dec(a.t * width);
       for (int64_t p = 0; p < a.t; ++p) {
         KvEncodeRow(kv, std::span<const float>(rows + p * width, width), want.data());
-        if (std::memcmp(want.data(), got.data() + pg.Row(kSeq, p) * rb, rb) != 0)
+        if (std::memcmp(want.data(), got.data() + pg.Row(kSeq, p + sh) * rb, rb) != 0)
           return Status::Internal(name + "CacheWriteKv's row of position " + std::to_string(p) + " (width " +
                                   std::to_string(width) + ") differs from KvEncodeRow's bytes");
         KvDecodeRow(kv, want.data(), std::span<float>(dec.data() + p * width, width));
       }
       GYRE_ASSIGN_OR_RETURN(*decoded, Poisoned(sizeof(float) * pg.rows() * width, s));
-      return WriteRows(dec.data(), width, Iota(a.t), pg, decoded->get<float>(), s);
+      return WriteRows(dec.data(), width, Iota(a.t), pg, decoded->get<float>(), s, sh);
     };
     DeviceBuffer qlat, dlat, qrot, drot;
     GYRE_RETURN_IF_ERROR(part(a.latent, L, &qlat, &dlat));

@@ -29,6 +29,9 @@ struct MlaHostArgs {
   float scale = 1.0f;
   const int64_t* sel_offsets = nullptr;  // [s + 1] CSR offsets, or null: causal
   const int32_t* sel_indices = nullptr;  // key positions, ascending per query
+  // The cache rows sit pos_shift positions later in the pages (PagedBatch::pos_shift; the MTP
+  // layer's keys use 1): positions 0..pos_shift-1 stay NaN-poisoned, so a read there shows.
+  int64_t pos_shift = 0;
 };
 
 // ops::MlaAttention on the GPU; out [s, H·v]. Also runs the other kernels on the same inputs and

@@ -88,8 +88,10 @@ struct TokenRows {
   const int32_t* tok_pos = nullptr;
   const int32_t* block_table = nullptr;
   int64_t max_pages = 0, page_tokens = 1;
+  int64_t pos_shift = 0;  // PagedBatch::pos_shift
 #ifdef __CUDACC__
   __device__ __forceinline__ int64_t Row(int seq, int64_t pos) const {
+    pos += pos_shift;
     return static_cast<int64_t>(block_table[seq * max_pages + pos / page_tokens]) * page_tokens + pos % page_tokens;
   }
 #endif
