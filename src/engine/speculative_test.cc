@@ -27,6 +27,7 @@
 #endif
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
+#include "runtime/random_model_for_tests.h"
 
 namespace gyre {
 namespace {
@@ -693,81 +694,117 @@ TEST_P(MtpSpeculation, TrainedModelGreedyOutputsEqualPlainDecoding) {
   }
 }
 
+// Small models with an MTP layer in shapes the CUDA kernels take (mla_cuda.h CheckMlaDims: nope
+// and kv LoRA multiples of 16, v of 8): glm5 with q LoRA, 3 heads, mHC over 2 streams, no rope;
+// kimi with a direct q_proj, a rope part and MoE.
+constexpr const char* kGlm5MtpGpu = R"({
+  "model_type": "glm5_next", "vocab_size": 61, "hidden_size": 48, "intermediate_size": 56,
+  "moe_intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 3, "num_key_value_heads": 3,
+  "q_lora_rank": 40, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "v_head_dim": 16, "qk_rope_head_dim": 0,
+  "index_n_heads": 2, "index_head_dim": 8, "index_topk": 8, "index_kpool": 4,
+  "linear_num_heads": 2, "linear_head_dim": 8, "hc_mult": 2, "swiglu_limit": 1.5,
+  "layer_types": ["linear_attention", "deepseek_sparse_attention"], "mlp_layer_types": ["dense", "dense"],
+  "num_nextn_predict_layers": 1})";
+constexpr const char* kKimiMtpGpu = R"({
+  "model_type": "kimi_linear", "vocab_size": 53, "hidden_size": 32, "intermediate_size": 40,
+  "moe_intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+  "q_lora_rank": null, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 8,
+  "num_experts": 4, "num_experts_per_token": 2, "num_shared_experts": 1,
+  "linear_attn_config": {"kda_layers": [1], "full_attn_layers": [2], "head_dim": 8, "num_heads": 2,
+                         "short_conv_kernel_size": 4},
+  "num_nextn_predict_layers": 1})";
+
 // The CUDA model's drafts are the CPU runner's (the reference: Model::MtpStep) on the same
 // pieces: a prompt with a chain of 3, then decode rows (their keys written by the piece pass),
 // then a speculative piece whose drafts are partly rejected (the chain restarts from the device's
-// acceptance), then one with every draft accepted, across page boundaries (4-token pages). fp32
-// on both: the MTP logits differ by reassociation only, so a draft may differ only at a near tie;
-// the drafts vectors are asserted equal on at least 90% of the steps, and the first step's exactly.
+// acceptance), then one with every draft accepted, across page boundaries (4-token pages). On the
+// trained glm5_mini and on random glm5 (odd sizes, q LoRA, mHC) and kimi (q_proj, a rope part)
+// models with an MTP layer. fp32 on both: the MTP logits differ by reassociation only, so a draft
+// may differ only at a near tie; per model the drafts vectors are asserted equal on at least 90%
+// of the steps, and the first step's exactly.
 TEST_P(MtpSpeculation, DraftsMatchTheCpuRunner) {
-  if (GetParam() != "cuda") GTEST_SKIP() << "compares the CUDA model with the CPU runner";
-  auto m = Model::Load(Fixture("glm5_mini"));
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  const Model& model = **m;
-  const int64_t k = 3;
-  std::unique_ptr<ModelRunner> cpu = MakeMtpRunner(model, "cpu", 2, k), gpu = MakeMtpRunner(model, "cuda", 2, k);
-  ASSERT_TRUE(cpu && gpu);
-  int64_t steps = 0, equal = 0;
-  for (int32_t s0 : {11, 523, 1777, 3001}) {
-    const std::vector<int32_t> prompt = {s0, s0 + 7, s0 + 19, s0 + 3, s0 + 1};
-    std::vector<PageId> pages;
-    for (PageId p = 0; p < 16; ++p) pages.push_back(p);
-    std::vector<int32_t> seq = prompt;
-    std::vector<SampledToken> out_c, out_g;
-    auto run = [&](int64_t start, std::span<const int32_t> ids, bool speculative) {
-      StepPiece p;
-      p.slot = 0;
-      p.pages = pages;
-      p.start = start;
-      p.ids = ids;
-      p.speculative = speculative;
-      p.sample.enabled = true;
-      p.mtp = static_cast<int32_t>(k);
-      for (ModelRunner* r : {cpu.get(), gpu.get()}) {
-        ASSERT_TRUE(r->Launch(std::span<const StepPiece>(&p, 1)).ok());
-        ASSERT_TRUE(r->Collect(r == cpu.get() ? &out_c : &out_g).ok());
-      }
-      ASSERT_EQ(out_c.size(), 1u);
-      ASSERT_EQ(out_g.size(), 1u);
-      ASSERT_EQ(out_g[0].drafts.size(), static_cast<size_t>(k));
-      ++steps;
-      if (out_c[0].drafts == out_g[0].drafts) {
-        ++equal;
-      } else {
-        std::printf("[ mtp ] prompt %d at %lld: cpu drafts differ from cuda\n", s0, static_cast<long long>(start));
-      }
-    };
-    run(0, prompt, false);
-    ASSERT_EQ(out_c[0].drafts, out_g[0].drafts) << "prompt " << s0;
-    ASSERT_EQ(out_c[0].id, out_g[0].id);
-    // Decode rows: the token just sampled, each with a chain.
-    for (int i = 0; i < 4; ++i) {
-      seq.push_back(out_c[0].id);
-      run(static_cast<int64_t>(seq.size()) - 1, std::span<const int32_t>(&seq.back(), 1), false);
-      ASSERT_EQ(out_c[0].id, out_g[0].id);
-    }
-    // A speculative piece: the sampled token, then drafts with the second one wrong.
-    for (bool wrong : {true, false}) {
-      std::vector<int32_t> piece = {out_c[0].id};
-      for (int32_t d : out_c[0].drafts) piece.push_back(d);
-      if (wrong) piece[2] = (piece[2] + 1) % static_cast<int32_t>(model.config().vocab_size);
-      const int64_t start = static_cast<int64_t>(seq.size());
-      run(start, piece, true);
-      ASSERT_EQ(out_c[0].rows.size(), piece.size());
-      int64_t a = 1;  // accepted tokens of the piece (its first is the previous sample)
-      while (a < static_cast<int64_t>(piece.size()) && out_c[0].rows[a - 1].first == piece[a]) ++a;
-      for (int64_t j = 0; j < a; ++j) seq.push_back(piece[j]);
-      ASSERT_TRUE(cpu->CommitSpeculative(0, a).ok());
-      ASSERT_TRUE(gpu->CommitSpeculative(0, a).ok());
-      out_c[0].id = out_c[0].rows[a - 1].first;
-      // The next decode row continues from the bonus token.
-      seq.push_back(out_c[0].id);
-      run(static_cast<int64_t>(seq.size()) - 1, std::span<const int32_t>(&seq.back(), 1), false);
-    }
+  std::vector<std::pair<std::string, std::unique_ptr<Model>>> models;
+  {
+    auto m = Model::Load(Fixture("glm5_mini"));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    models.emplace_back("glm5_mini", std::move(*m));
   }
-  std::printf("[ mtp ] cuda drafts equal the cpu runner's on %lld of %lld steps\n", static_cast<long long>(equal),
-              static_cast<long long>(steps));
-  EXPECT_GE(equal * 10, steps * 9);
+  models.emplace_back("glm5_random", RandomModel(kGlm5MtpGpu, 3));
+  models.emplace_back("kimi_random", RandomModel(kKimiMtpGpu, 4));
+  for (const auto& [name, mp] : models) ASSERT_TRUE(mp && mp->has_mtp()) << name;
+  if (GetParam() != "cuda") GTEST_SKIP() << "compares the CUDA model with the CPU runner (the models load)";
+  const int64_t k = 3;
+  for (const auto& [name, mp] : models) {
+    ASSERT_TRUE(mp) << name;
+    const Model& model = *mp;
+    const int32_t V = static_cast<int32_t>(model.config().vocab_size);
+    std::unique_ptr<ModelRunner> cpu = MakeMtpRunner(model, "cpu", 2, k), gpu = MakeMtpRunner(model, "cuda", 2, k);
+    ASSERT_TRUE(cpu && gpu) << name;
+    int64_t steps = 0, equal = 0;
+    for (int32_t s0 : {11, 523, 1777, 3001}) {
+      std::vector<int32_t> prompt;
+      for (int32_t d : {0, 7, 19, 3, 1}) prompt.push_back((s0 + d) % V);
+      std::vector<PageId> pages;
+      for (PageId p = 0; p < 16; ++p) pages.push_back(p);
+      std::vector<int32_t> seq = prompt;
+      std::vector<SampledToken> out_c, out_g;
+      auto run = [&](int64_t start, std::span<const int32_t> ids, bool speculative) {
+        StepPiece p;
+        p.slot = 0;
+        p.pages = pages;
+        p.start = start;
+        p.ids = ids;
+        p.speculative = speculative;
+        p.sample.enabled = true;
+        p.mtp = static_cast<int32_t>(k);
+        for (ModelRunner* r : {cpu.get(), gpu.get()}) {
+          ASSERT_TRUE(r->Launch(std::span<const StepPiece>(&p, 1)).ok());
+          ASSERT_TRUE(r->Collect(r == cpu.get() ? &out_c : &out_g).ok());
+        }
+        ASSERT_EQ(out_c.size(), 1u);
+        ASSERT_EQ(out_g.size(), 1u);
+        ASSERT_EQ(out_g[0].drafts.size(), static_cast<size_t>(k));
+        ++steps;
+        if (out_c[0].drafts == out_g[0].drafts) {
+          ++equal;
+        } else {
+          std::printf("[ mtp ] %s prompt %d at %lld: cpu drafts differ from cuda\n", name.c_str(), s0,
+                      static_cast<long long>(start));
+        }
+      };
+      run(0, prompt, false);
+      ASSERT_EQ(out_c[0].drafts, out_g[0].drafts) << name << " prompt " << s0;
+      ASSERT_EQ(out_c[0].id, out_g[0].id) << name;
+      // Decode rows: the token just sampled, each with a chain.
+      for (int i = 0; i < 4; ++i) {
+        seq.push_back(out_c[0].id);
+        run(static_cast<int64_t>(seq.size()) - 1, std::span<const int32_t>(&seq.back(), 1), false);
+        ASSERT_EQ(out_c[0].id, out_g[0].id) << name;
+      }
+      // A speculative piece: the sampled token, then the drafts with the second one wrong; then
+      // one with the drafts as they came.
+      for (bool wrong : {true, false}) {
+        std::vector<int32_t> piece = {out_c[0].id};
+        for (int32_t d : out_c[0].drafts) piece.push_back(d);
+        if (wrong) piece[2] = (piece[2] + 1) % V;
+        const int64_t start = static_cast<int64_t>(seq.size());
+        run(start, piece, true);
+        ASSERT_EQ(out_c[0].rows.size(), piece.size());
+        int64_t a = 1;  // accepted tokens of the piece (its first is the previous sample)
+        while (a < static_cast<int64_t>(piece.size()) && out_c[0].rows[a - 1].first == piece[a]) ++a;
+        for (int64_t j = 0; j < a; ++j) seq.push_back(piece[j]);
+        ASSERT_TRUE(cpu->CommitSpeculative(0, a).ok());
+        ASSERT_TRUE(gpu->CommitSpeculative(0, a).ok());
+        out_c[0].id = out_c[0].rows[a - 1].first;
+        // The next decode row continues from the bonus token.
+        seq.push_back(out_c[0].id);
+        run(static_cast<int64_t>(seq.size()) - 1, std::span<const int32_t>(&seq.back(), 1), false);
+      }
+    }
+    std::printf("[ mtp ] %s: cuda drafts equal the cpu runner's on %lld of %lld steps\n", name.c_str(),
+                static_cast<long long>(equal), static_cast<long long>(steps));
+    EXPECT_GE(equal * 10, steps * 9) << name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MtpSpeculation, ::testing::ValuesIn(Backends()),
