@@ -1100,7 +1100,10 @@ struct CudaModel::Impl {
   }
 
   // Decode graphs, by (batch bucket, context bucket).
-  std::map<std::tuple<int64_t, int64_t, bool, bool>, cudaGraphExec_t> graphs;  // (batch, context, sampling, masked)
+  // (batch, context, sampling, masked, verify): decode steps, and verify steps (every piece
+  // speculative, padded to spec_rows tokens; their logits rows in vlogits).
+  std::map<std::tuple<int64_t, int64_t, bool, bool, bool>, cudaGraphExec_t> graphs;
+  DeviceBuffer vlogits;  // [bmax · spec_rows, V], made by the first verify graph (its address is captured)
   bool graphs_broken = false;  // a capture failed once: decode steps run eagerly from then on
 
   ~Impl() {
@@ -1285,7 +1288,7 @@ struct CudaModel::Impl {
   Status MtpStep(const StepDims& d);
   Status MlpLayer(const StepDims& d, const DLayer& L, const float* x, float* out);
   Status Head(const StepDims& d, float* logits_out);
-  Status CaptureDecode(const StepDims& d, cudaGraphExec_t* exec);
+  Status CaptureDecode(const StepDims& d, float* logits, cudaGraphExec_t* exec);
 };
 
 // ---- weights -------------------------------------------------------------------------------------
@@ -2201,7 +2204,7 @@ Status CudaModel::Impl::FlushMtpCommits() {
 
 // ---- CUDA graphs for decode steps ----------------------------------------------------------------
 
-Status CudaModel::Impl::CaptureDecode(const StepDims& d, cudaGraphExec_t* exec) {
+Status CudaModel::Impl::CaptureDecode(const StepDims& d, float* logits, cudaGraphExec_t* exec) {
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s()));
   const bool prof = profiling;
   profiling = false;
@@ -2209,7 +2212,7 @@ Status CudaModel::Impl::CaptureDecode(const StepDims& d, cudaGraphExec_t* exec) 
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
   const Status body = [&]() -> Status {
     GYRE_RETURN_IF_ERROR(RunLayers(d));
-    return Head(d, glogits);
+    return Head(d, logits);
   }();
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s(), &graph);
@@ -2225,7 +2228,7 @@ Status CudaModel::Impl::CaptureDecode(const StepDims& d, cudaGraphExec_t* exec) 
   if (!st.ok()) {
     (void)cudaGetLastError();  // a failed capture leaves a sticky-free error state on the stream only
     graphs_broken = true;
-    return st.WithContext("capturing a decode step (decode steps now run without graphs)");
+    return st.WithContext("capturing a decode or verify step (such steps now run without graphs)");
   }
   return Status::Ok();
 }
@@ -2646,6 +2649,15 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     counting |= ops::HasPenalties(in.sample.params);
     any_processing |= processes(in);
   }
+  // Verify steps replay a CUDA graph too: every piece speculative (no MTP, no logit processing, no
+  // token mask), padded to spec_rows tokens (those past the piece's own are padding: sequence -1,
+  // which the attention layers skip; the KDA layers run them after the piece's tokens, where no
+  // real output reads them and the state is kept anyway; their rows sample greedily, unread), and
+  // the batch padded to its bucket with empty pieces (slot -1).
+  const int64_t vbucket = std::min<int64_t>(NextPow2(static_cast<int64_t>(batch.size())), m.bmax);
+  bool vgraph = m.opts.decode_graphs && !m.graphs_broken && m.spec_rows > 0 && vbucket * m.spec_rows <= m.nmax;
+  for (const StepPiece& in : batch)
+    vgraph = vgraph && in.speculative && !(m.mtp_k > 0 && in.mtp >= 0) && !processes(in) && in.sample.allowed.empty();
   sg.pen_entries.clear();
   if ((counting || any_processing) && !m.pen_counts.get()) {
     // First use: zero counts (a sequence that needs them restarts its slot's anyway).
@@ -2768,6 +2780,44 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
       sg.pen_rows.push_back(pr);
       hb[m.o_rows + r++] = static_cast<int32_t>(q);
     }
+    if (vgraph) {  // the piece's padding tokens, each with an unread greedy row
+      for (int64_t j = static_cast<int64_t>(in.ids.size()); j < m.spec_rows; ++j, ++t) {
+        hb[m.o_ids + t] = 0;
+        hb[m.o_seq + t] = -1;
+        hb[m.o_pos + t] = static_cast<int32_t>(in.start);
+        hp[r] = cuda::SampleParamsDev{};
+        hm[r] = -1;
+        hb[m.o_rslot + r] = -1;
+        sg.pen_rows.push_back(cuda::PenaltyRowDev{});
+        hb[m.o_rows + r++] = static_cast<int32_t>(t);
+      }
+      d.cu.back() = t;
+    }
+  }
+  if (vgraph) {  // empty pieces up to the bucket (slot -1: every sequence-wise kernel skips them)
+    for (int64_t bi = d.b; bi < vbucket; ++bi) {
+      hb[m.o_cu + bi] = static_cast<int32_t>(t);
+      hb[m.o_slots + bi] = -1;
+      hb[m.o_keep + bi] = 1;
+      hb[m.o_tslots + bi] = -1;
+      hb[m.o_mtp + bi] = -1;
+      for (int64_t p = 0; p < max_pages; ++p) hb[m.o_bt + bi * max_pages + p] = 0;
+      for (int64_t j = 0; j < m.spec_rows; ++j, ++t) {
+        hb[m.o_ids + t] = 0;
+        hb[m.o_seq + t] = -1;
+        hb[m.o_pos + t] = 0;
+        hp[r] = cuda::SampleParamsDev{};
+        hm[r] = -1;
+        hb[m.o_rslot + r] = -1;
+        sg.pen_rows.push_back(cuda::PenaltyRowDev{});
+        hb[m.o_rows + r++] = static_cast<int32_t>(t);
+      }
+      d.cu.push_back(t);
+      d.slots.push_back(-1);
+    }
+    d.b = d.bs = vbucket;
+    d.bd = 0;
+    d.n = t;
   }
   hb[m.o_cu + d.b] = static_cast<int32_t>(t);
   d.rows = r;
@@ -2776,8 +2826,9 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   d.chain_k = std::min<int64_t>(d.chain_k, std::max<int64_t>(m.ctx_cap - max_ctx + 1, 0));
   // Decode-only steps replay a CUDA graph of the bucket's size; padding rows are skipped by every
   // sequence-wise kernel (negative sequence and slot) and computed but ignored by token-wise ones.
-  const bool use_graph = m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b && !d.penalized && !d.mtp;
-  if (use_graph) {
+  const bool use_graph =
+      vgraph || (m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b && !d.penalized && !d.mtp);
+  if (use_graph && !vgraph) {
     const int64_t bucket = std::min<int64_t>(NextPow2(d.b), m.bmax);
     for (int64_t bi = d.b; bi < bucket; ++bi) {
       hb[m.o_ids + bi] = 0;
@@ -2863,14 +2914,19 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   }
   sg.all.clear();
   sg.top_rows.clear();
-  const float* dev_logits = use_graph ? m.glogits : m.logits_buf.get<float>();
+  if (vgraph && !m.vlogits.get()) {
+    GYRE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.s()));
+    GYRE_ASSIGN_OR_RETURN(m.vlogits, DeviceBuffer::Create(m.bmax * m.spec_rows * V * 4));
+  }
+  float* graph_logits = vgraph ? m.vlogits.get<float>() : m.glogits;
+  const float* dev_logits = use_graph ? graph_logits : m.logits_buf.get<float>();
   auto run = [&]() -> Status {
     if (use_graph) {
-      const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling, d.masked);
+      const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling, d.masked, vgraph);
       auto it = m.graphs.find(key);
       if (it == m.graphs.end()) {
         cudaGraphExec_t exec = nullptr;
-        GYRE_RETURN_IF_ERROR(m.CaptureDecode(d, &exec));
+        GYRE_RETURN_IF_ERROR(m.CaptureDecode(d, graph_logits, &exec));
         it = m.graphs.emplace(key, exec).first;
         m.stats.graphs++;
       }

@@ -17,7 +17,8 @@
 // Memory: every allocation is made in Create (weights, the page pool, state slots, step scratch
 // for max_batch_tokens, workspaces); Step allocates only when a logits or chunk workspace must
 // grow. Decode steps of `decode_graphs` run as CUDA graphs captured per (batch bucket, context
-// bucket, sampling or greedy) on first use.
+// bucket, sampling or greedy) on first use; so do verify steps whose pieces are all speculative
+// (no MTP, no logit processing, no mask), each piece padded to 1 + speculative_tokens tokens.
 //
 // This header includes no CUDA header (plain C++), so host code compiles against it; it exists
 // only in GYRE_CUDA builds.
@@ -93,7 +94,7 @@ struct CudaModelOptions {
   int64_t max_seq_tokens = 0;        // longest sequence (block-table width); 0: min(kv_tokens, 2^17)
   int64_t page_tokens = 64;
   uint64_t seed = 0;                 // random weights
-  bool decode_graphs = true;         // CUDA graphs for decode-only steps
+  bool decode_graphs = true;         // CUDA graphs for decode-only steps and all-speculative verify steps
   bool profile_layers = false;       // time every layer of each step with CUDA events (eager steps)
   // Storage dtype of each attention layer's latent / k_rot cache rows (quant/kv_cache.h); empty:
   // every layer fp32. Otherwise one entry per layer of the config (KDA entries ignored). The page
