@@ -77,6 +77,7 @@ struct ServeArgs {
   bool random_weights = false;
   std::string tokenizer;          // tokenizer.json for --config (default: the bundled fixture tokenizer)
   std::string allowed_local_media_path;  // image_url file:// under this folder (docs/vision.md)
+  int64_t image_cache_mb = 512;   // image embedding cache (serve/image_cache.h); 0: none
   std::string dtype = "auto";     // cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16
   double gpu_memory_utilization = 0.9;
   uint64_t seed = 0;
@@ -193,13 +194,14 @@ struct DisaggPair {
 // Image inputs (docs/vision.md): the CPU vision tower of a model that has one. The cuda backend
 // and random-weight servers refuse images (with the reason in the 400).
 Status AttachImageEncoder(const std::string& model_dir, bool no_tower_backend, const std::string& media_path,
-                          serve::ServerDeps* deps) {
+                          int64_t cache_mb, serve::ServerDeps* deps) {
   if (no_tower_backend) {
     deps->images_refused_reason = "the vision tower runs on the cpu backend only (docs/vision.md)";
     return Status::Ok();
   }
   serve::ImageInputOptions o;
   o.allowed_local_media_path = media_path;
+  o.cache_bytes = cache_mb << 20;
   auto enc = serve::LoadImageEncoder(model_dir, o);
   if (enc.ok()) {
     deps->images = *enc;
@@ -529,7 +531,7 @@ int RunServe(ServeArgs a) {
   if (tpl) {
     deps.render_chat = [tpl](const serve::Json& ctx) { return tpl->Render(ctx); };
   }
-  if (Status s = AttachImageEncoder(a.model, cuda || random, a.allowed_local_media_path, &deps); !s.ok()) {
+  if (Status s = AttachImageEncoder(a.model, cuda || random, a.allowed_local_media_path, a.image_cache_mb, &deps); !s.ok()) {
     (*engine)->Stop();
     return Fail(s);
   }
@@ -682,6 +684,10 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
       ->check(CLI::Range(0, 65535));
   s->add_option("--allowed-local-media-path", args->allowed_local_media_path,
                 "image_url parts may name file:// images inside this folder (default: file:// refused)");
+  s->add_option("--image-cache-mb", args->image_cache_mb,
+                "MiB of image embeddings kept by content (a repeated image is encoded once; LRU); 0 turns the cache off")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
   s->add_option("--backend", args->backend, "cpu (default) or cuda (the model on one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   s->add_option("--config", args->config, "cuda: config.json served with random weights built on the GPU (benchmarks)");

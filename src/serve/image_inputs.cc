@@ -23,6 +23,7 @@ Result<std::shared_ptr<const ImageEncoder>> LoadImageEncoder(const std::string& 
   enc->preprocess.temporal_patch_size = vc->temporal_patch_size;
   enc->preprocess.merge_size = vc->spatial_merge_size;
   enc->options = std::move(options);
+  if (enc->options.cache_bytes > 0) enc->cache = std::make_shared<ImageEmbeddingCache>(enc->options.cache_bytes);
   return std::shared_ptr<const ImageEncoder>(std::move(enc));
 }
 
@@ -93,6 +94,9 @@ Result<std::vector<uint8_t>> LoadImageUrl(const std::string& url, const std::str
 }
 
 Result<EncodedImage> EncodeImage(const ImageEncoder& enc, const std::vector<uint8_t>& bytes, const std::string& field) {
+  if (enc.cache) {
+    if (std::shared_ptr<const EncodedImage> hit = enc.cache->Find(bytes)) return *hit;
+  }
   auto img = DecodeImage(bytes, enc.options.limits);
   if (!img.ok()) return FieldError(field, img.status().message());
   auto pre = PreprocessImage(*img, enc.preprocess);
@@ -102,6 +106,7 @@ Result<EncodedImage> EncodeImage(const ImageEncoder& enc, const std::vector<uint
   GYRE_RETURN_IF_ERROR(VisionForward(enc.config, enc.weights, pre->pixel_values, std::span<const ImageGrid>(&grid, 1),
                                      &out.embeds));
   out.num_tokens = pre->num_tokens;
+  if (enc.cache) enc.cache->Insert(bytes, std::make_shared<const EncodedImage>(out));
   return out;
 }
 

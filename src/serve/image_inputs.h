@@ -21,6 +21,7 @@
 #include "image/image.h"
 #include "model/vision_weights.h"
 #include "runtime/model_runner.h"
+#include "serve/image_cache.h"
 
 namespace gyre::serve {
 
@@ -28,6 +29,8 @@ struct ImageInputOptions {
   std::string allowed_local_media_path;  // "": file:// URLs are refused
   ImageLimits limits;
   int64_t max_images = 8;  // per request
+  // The embedding cache's capacity (image_cache.h); 0: no cache.
+  int64_t cache_bytes = 0;
 };
 
 // The vision tower of a deployment and its preprocessing (one per server).
@@ -36,6 +39,9 @@ struct ImageEncoder {
   VisionWeights weights;
   ImagePreprocessConfig preprocess;
   ImageInputOptions options;
+  // Repeated images are encoded once (image_cache.h); null: every image is encoded. The pointer is
+  // fixed; the cache is thread-safe.
+  std::shared_ptr<ImageEmbeddingCache> cache;
 };
 
 // Loads config.json's vision_config and the model.visual.* weights of `model_dir`. NotFound when
@@ -53,7 +59,8 @@ struct EncodedImage {
   std::vector<float> embeds;  // [num_tokens, out_hidden_size]
 };
 
-// Decodes, preprocesses and runs the tower on one image. `field` prefixes the errors.
+// Decodes, preprocesses and runs the tower on one image, or takes its rows from enc.cache when the
+// same bytes were encoded before (the result is the same either way). `field` prefixes the errors.
 Result<EncodedImage> EncodeImage(const ImageEncoder& enc, const std::vector<uint8_t>& bytes, const std::string& field);
 
 struct ImagePrompt {

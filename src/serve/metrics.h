@@ -18,6 +18,8 @@
 //   gyre_prefill_tokens_computed_total                                                  counters
 //   gyre_prefix_cache_blocks, gyre_prefix_cache_evictable_blocks, gyre_kda_checkpoint_bytes,
 //   gyre_kda_checkpoints_used/_capacity                                                 gauges
+//   gyre_image_cache_{hits,misses,evictions}_total, gyre_image_cache_{bytes,entries,capacity_bytes}
+//   the image embedding cache, where the server takes images (image_cache.h)
 //   process_cpu_seconds_total (counter), process_resident_memory_bytes,
 //   process_virtual_memory_bytes, process_open_fds, process_max_fds,
 //   process_start_time_seconds (gauges)   the standard process metrics, from /proc (no labels)

@@ -315,6 +315,10 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
       r.body = metrics_->Render(deps_.engine->Stats());
       if (deps_.disagg) r.body += deps_.disagg->Metrics("model_name=\"" + PromEscape(opts_.served_model_name) + "\"");
+      if (deps_.images && deps_.images->cache) {
+        r.body += ImageCacheMetrics(deps_.images->cache->stats(),
+                                    "model_name=\"" + PromEscape(opts_.served_model_name) + "\"");
+      }
       ex->Respond(std::move(r));
       return;
     }

@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "transfer/faulty_connection.h"
 #include "transfer/tcp_connection.h"
 
 namespace gyre::transfer {
@@ -26,6 +27,16 @@ inline std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> TcpPa
   EXPECT_TRUE(server.ok()) << server.status().ToString();
   if (!client.ok() || !server.ok()) return {};
   return {std::move(*client), std::move(*server)};
+}
+
+// `conn` as it is for seed 0, else behind a FaultyConnection that drops, corrupts, truncates,
+// duplicates and reorders 10 % of the frames each (seeded).
+inline std::unique_ptr<Connection> WithMixedFaults(std::unique_ptr<Connection> conn, uint64_t seed) {
+  if (seed == 0) return conn;
+  FaultPolicy p;
+  p.seed = seed;
+  p.drop = p.corrupt = p.truncate = 0.1, p.duplicate = p.reorder = 0.1;
+  return std::make_unique<FaultyConnection>(std::move(conn), p);
 }
 
 }  // namespace gyre::transfer

@@ -302,13 +302,7 @@ TEST(TransferTcp, CompletesByteExactAndSurvivesFaults) {
   for (uint64_t seed : {0, 1, 2, 3}) {
     auto [client, server] = TcpPair();
     ASSERT_TRUE(client && server);
-    std::unique_ptr<Connection> tx = std::move(client);
-    if (seed > 0) {
-      FaultPolicy p;
-      p.seed = seed;
-      p.drop = p.corrupt = p.truncate = 0.1, p.duplicate = p.reorder = 0.1;
-      tx = std::make_unique<FaultyConnection>(std::move(tx), p);
-    }
+    std::unique_ptr<Connection> tx = WithMixedFaults(std::move(client), seed);
     const SequenceImage im = RandomImage(300, seed, 4096, 2048);
     Outcome o = RunTransfer(*tx, *server, im);
     ExpectInvariant(o, im, "tcp seed " + std::to_string(seed));

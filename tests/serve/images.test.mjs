@@ -90,6 +90,36 @@ test('a request with an image is deterministic under greedy decoding (no prefix-
   assert.equal(a.choices[0].message.reasoning_content, b.choices[0].message.reasoning_content);
 });
 
+// The embedding cache (--image-cache-mb, on by default): a repeated image is encoded once.
+async function imageCacheCounters() {
+  const text = await (await fetch(`${URL_VISION}/metrics`)).text();
+  const value = (name) => {
+    const m = text.match(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm'));
+    assert.ok(m, `${name} missing from /metrics`);
+    return Number(m[1]);
+  };
+  return { hits: value('gyre_image_cache_hits_total'), misses: value('gyre_image_cache_misses_total'),
+    entries: value('gyre_image_cache_entries') };
+}
+
+test('a repeated image is encoded once (the embedding cache) and answers the same', async () => {
+  // Bytes no other test sends: the PNG with one byte appended after IEND (decoders stop at IEND).
+  const fresh = Buffer.concat([png, Buffer.from([0x2a])]);
+  const parts = [{ type: 'image_url', image_url: { url: dataUrl('image/png', fresh) } }, { type: 'text', text: 'Again.' }];
+  const before = await imageCacheCounters();
+  const a = await chat(parts, { max_tokens: 6 });
+  const mid = await imageCacheCounters();
+  assert.equal(mid.misses, before.misses + 1);
+  assert.equal(mid.hits, before.hits);
+  assert.equal(mid.entries, before.entries + 1);
+  const b = await chat(parts, { max_tokens: 6 });
+  const after = await imageCacheCounters();
+  assert.equal(after.hits, mid.hits + 1);
+  assert.equal(after.misses, mid.misses);
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+  assert.equal(b.usage.prompt_tokens, a.usage.prompt_tokens);
+});
+
 test('a corrupt image gets a 400 naming the field', async () => {
   const bad = Buffer.from(png.subarray(0, 200));
   const e = await expectApiError(400, () => chat([{ type: 'text', text: 'hi' },
