@@ -1,9 +1,13 @@
 #include "cli/disagg_node.h"
 
+#include <xxhash.h>
+
 #include <charconv>
 #include <chrono>
+#include <string>
 
 #include "core/trace.h"
+#include "transfer/embeds_image.h"
 
 namespace gyre::cli {
 
@@ -57,6 +61,23 @@ std::vector<double> TransferBuckets() {
 
 }  // namespace
 
+uint64_t TowerFingerprint(const serve::ImageEncoder& enc) {
+  const VisionConfig& c = enc.config;
+  std::string key = "vision";
+  for (int64_t v : {c.depth, c.hidden_size, c.num_heads, c.intermediate_size, c.in_channels, c.patch_size,
+                    c.temporal_patch_size, c.spatial_merge_size, c.out_hidden_size, c.projection_intermediate_size,
+                    int64_t{c.image_token_id}, int64_t{c.image_start_token_id}, int64_t{c.image_end_token_id},
+                    int64_t{c.attention_bias}})
+    key += "," + std::to_string(v);
+  for (float v : {c.rms_norm_eps, c.swiglu_limit, c.rope_theta}) key += "," + std::to_string(v);
+  uint64_t h = XXH64(key.data(), key.size(), 0);
+  const VisionWeights& w = enc.weights;
+  for (const std::vector<float>* v : {&w.patch_embed_bias, &w.post_norm, &w.downsample_bias, &w.merger_norm_w,
+                                      &w.merger_norm_b})
+    h = XXH64(v->data(), v->size() * sizeof(float), h);
+  return h;
+}
+
 DisaggNode::DisaggNode(Engine* engine, const DisaggNodeOptions& opts)
     : engine_(engine), opts_(opts), latency_(TransferBuckets()) {}
 
@@ -65,7 +86,8 @@ Result<std::unique_ptr<DisaggNode>> DisaggNode::Create(Engine* engine, const Dis
   std::unique_ptr<DisaggNode> n(new DisaggNode(engine, opts));
   if (opts.role == DisaggRole::kPrefill) {
     n->senders_ = std::make_unique<serve::WorkPool>(std::max(1, opts.send_threads), int64_t{1} << 20);
-  } else {
+  }
+  if (opts.role != DisaggRole::kEncode) {  // prefill and decode take image rows; decode takes caches
     if (opts.transfer_port < 0 || opts.transfer_port > 65535)
       return Status::InvalidArgument("--transfer-port must be in [0, 65535]");
     GYRE_ASSIGN_OR_RETURN(n->listener_, transfer::TcpListener::Listen(opts.transfer_host,
@@ -87,6 +109,9 @@ void DisaggNode::Stop() {
 
 Result<RequestId> DisaggNode::Submit(RequestParams params, std::shared_ptr<RequestSink> sink,
                                      const serve::DisaggTicket& ticket) {
+  if (opts_.role == DisaggRole::kEncode)
+    return Status::InvalidArgument("this is an encode instance: it takes X-Gyre-Images-Id with X-Gyre-Images-To, "
+                                   "not X-Gyre-Transfer-Id");
   if (opts_.role == DisaggRole::kPrefill) {
     if (ticket.send_to.empty())
       return Status::InvalidArgument("a prefill instance needs X-Gyre-Transfer-To (the decode instance's transfer address)");
@@ -162,22 +187,7 @@ void DisaggNode::Send(RequestId id, const serve::DisaggTicket& ticket, const tra
   // A link to this address that no other transfer thread is using; a new one while there are
   // fewer links than transfer threads (so each thread has its own: transfers to one decode
   // instance go in parallel, up to send_threads).
-  std::shared_ptr<Link> link;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto& pool = links_[ticket.send_to];
-    for (const auto& candidate : pool) {
-      if (!candidate->busy) {
-        link = candidate;
-        break;
-      }
-    }
-    if (!link) {
-      pool.push_back(std::make_shared<Link>());
-      link = pool.back();
-    }
-    link->busy = true;
-  }
+  std::shared_ptr<Link> link = AcquireLink(ticket.send_to);
   const auto t0 = std::chrono::steady_clock::now();
   Status s = SendOn(*link, ticket.send_to, ticket.transfer_id, image);
   if (s.ok()) {
@@ -190,13 +200,94 @@ void DisaggNode::Send(RequestId id, const serve::DisaggTicket& ticket, const tra
     // A failed transfer is an unavailable decode side for the client (503), whatever the cause.
     s = Status::Unavailable("the cache transfer to the decode instance at " + ticket.send_to + " failed: " + s.message());
   }
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    link->busy = false;
-  }
+  ReleaseLink(*link);
   // Pages and slot are freed only now: after the Ack, or after the protocol gave up.
   engine_->ReleaseExported(id, s);
   --in_flight_;
+}
+
+std::shared_ptr<DisaggNode::Link> DisaggNode::AcquireLink(const std::string& to) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& pool = links_[to];
+  std::shared_ptr<Link> link;
+  for (const auto& candidate : pool) {
+    if (!candidate->busy) {
+      link = candidate;
+      break;
+    }
+  }
+  if (!link) {
+    pool.push_back(std::make_shared<Link>());
+    link = pool.back();
+  }
+  link->busy = true;
+  return link;
+}
+
+void DisaggNode::ReleaseLink(Link& link) {
+  std::lock_guard<std::mutex> l(mu_);
+  link.busy = false;
+}
+
+Status DisaggNode::SendImages(uint64_t id, const std::vector<std::string>& to,
+                              const std::vector<std::vector<uint8_t>>& bytes,
+                              const std::vector<serve::EncodedImage>& images) {
+  if (opts_.role != DisaggRole::kEncode)
+    return Status::InvalidArgument("X-Gyre-Images-To is for encode instances (gyre serve --role encode)");
+  if (stop_) return Status::Unavailable("the server is stopping");
+  if (bytes.size() != images.size() || images.empty()) return Status::Internal("SendImages: no images or a count mismatch");
+  transfer::EmbedsBatch batch;
+  batch.tower_fingerprint = opts_.tower_fingerprint;
+  for (size_t i = 0; i < images.size(); ++i) {
+    transfer::ImageRowsOf im;
+    im.content_hash = transfer::ImageContentHash(bytes[i]);
+    im.num_tokens = images[i].num_tokens;
+    im.rows = images[i].embeds;
+    if (i == 0) batch.width = im.num_tokens > 0 ? static_cast<int64_t>(im.rows.size()) / im.num_tokens : 0;
+    batch.images.push_back(std::move(im));
+  }
+  GYRE_ASSIGN_OR_RETURN(transfer::SequenceImage packed, transfer::PackEmbeds(batch));
+  for (const std::string& addr : to) {
+    GYRE_RETURN_IF_ERROR(SplitAddress(addr).status());
+    std::shared_ptr<Link> link = AcquireLink(addr);
+    Status s = SendOn(*link, addr, id, packed);
+    ReleaseLink(*link);
+    if (!s.ok()) {
+      ++image_failures_;
+      return Status::Unavailable("sending the image rows to " + addr + " failed: " + s.message());
+    }
+    ++image_transfers_;
+    image_bytes_ += packed.num_bytes();
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<serve::EncodedImage>> DisaggNode::TakeImages(uint64_t id, const std::vector<std::vector<uint8_t>>& bytes) {
+  if (opts_.role == DisaggRole::kEncode)
+    return Status::InvalidArgument("this is an encode instance: X-Gyre-Images-Id without X-Gyre-Images-To is for "
+                                   "prefill and decode instances");
+  auto fail = [this](Status s) {
+    ++image_failures_;
+    return s;
+  };
+  auto taken = TakeVerified(id, "image-row");
+  if (!taken.ok()) return fail(taken.status());
+  auto batch = transfer::UnpackEmbeds(*taken, opts_.tower_fingerprint);
+  if (!batch.ok()) return fail(batch.status());
+  if (batch->images.size() != bytes.size())
+    return fail(Status::InvalidArgument("the encoder sent rows of " + std::to_string(batch->images.size()) +
+                                        " images; the request has " + std::to_string(bytes.size())));
+  std::vector<serve::EncodedImage> out;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    transfer::ImageRowsOf& im = batch->images[i];
+    if (im.content_hash != transfer::ImageContentHash(bytes[i]))
+      return fail(Status::InvalidArgument("the encoder's rows of image " + std::to_string(i) +
+                                          " are of other bytes than this request's image"));
+    out.push_back(serve::EncodedImage{im.num_tokens, std::move(im.rows)});
+  }
+  ++image_transfers_;
+  image_bytes_ += taken->num_bytes();
+  return out;
 }
 
 Status DisaggNode::SendOn(Link& link, const std::string& to, uint64_t transfer_id, const transfer::SequenceImage& image) {
@@ -231,6 +322,20 @@ void DisaggNode::AcceptLoop() {
 }
 
 Result<transfer::SequenceImage> DisaggNode::Take(uint64_t transfer_id) {
+  if (opts_.role != DisaggRole::kDecode)
+    return Status::InvalidArgument("this is not a decode instance: a request with X-Gyre-Transfer-Id alone is for decode instances");
+  auto im = TakeVerified(transfer_id, "cache");
+  if (!im.ok()) {
+    ++failed_;
+    return im;
+  }
+  bytes_ += im->num_bytes();
+  pages_ += static_cast<int64_t>(im->pages.size());
+  ++completed_;
+  return im;
+}
+
+Result<transfer::SequenceImage> DisaggNode::TakeVerified(uint64_t transfer_id, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + opts_.take_timeout;
   while (true) {
     std::vector<std::shared_ptr<Inbound>> links;
@@ -240,37 +345,37 @@ Result<transfer::SequenceImage> DisaggNode::Take(uint64_t transfer_id) {
     }
     for (auto& in : links) {
       auto im = in->receiver->Take(transfer_id, Ms(0));
-      if (im.ok()) {
-        bytes_ += im->num_bytes();
-        pages_ += static_cast<int64_t>(im->pages.size());
-        ++completed_;
-        return im;
-      }
+      if (im.ok()) return im;
     }
     if (std::chrono::steady_clock::now() >= deadline || stop_) break;
     std::this_thread::sleep_for(Ms(2));
   }
-  ++failed_;
-  return Status::NotFound("no verified cache transfer " + std::to_string(transfer_id) + " arrived at this decode instance");
+  return Status::NotFound(std::string("no verified ") + what + " transfer " + std::to_string(transfer_id) +
+                          " arrived at this " + (opts_.role == DisaggRole::kDecode ? "decode" : "prefill") + " instance");
 }
 
 serve::Json DisaggNode::StatusJson() const {
   const bool prefill = opts_.role == DisaggRole::kPrefill;
-  serve::Json j{{"role", prefill ? "prefill" : "decode"},
+  const char* role = prefill ? "prefill" : opts_.role == DisaggRole::kDecode ? "decode" : "encode";
+  serve::Json j{{"role", role},
                 {"transfers_completed", completed_.load()},
                 {"transfers_failed", failed_.load()},
                 {"transfer_retries", retries_.load()},
                 {"transfer_bytes", bytes_.load()},
-                {"transfer_pages", pages_.load()}};
-  if (prefill) {
-    j["transfers_in_flight"] = in_flight_.load();
+                {"transfer_pages", pages_.load()},
+                {"image_transfers", image_transfers_.load()},
+                {"image_transfer_bytes", image_bytes_.load()},
+                {"image_transfer_failures", image_failures_.load()}};
+  if (opts_.role != DisaggRole::kDecode) {
     int64_t links = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
       for (const auto& [to, pool] : links_) links += static_cast<int64_t>(pool.size());
     }
     j["transfer_links"] = links;
-  } else {
+  }
+  if (prefill || opts_.role == DisaggRole::kEncode) j["transfers_in_flight"] = in_flight_.load();
+  if (listener_) {
     int64_t held = 0, staged = 0;
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& in : inbound_) {
@@ -278,9 +383,13 @@ serve::Json DisaggNode::StatusJson() const {
       staged += in->receiver->num_in_flight();
     }
     j["transfer_address"] = opts_.transfer_host + ":" + std::to_string(listener_->port());
-    j["transfers_in_flight"] = staged;
     j["receiver_held_bytes"] = held;
-    j["import_failures"] = import_failures_.load();
+    if (!prefill) {
+      j["transfers_in_flight"] = staged;
+      j["import_failures"] = import_failures_.load();
+    } else {
+      j["receiving_in_flight"] = staged;
+    }
   }
   return j;
 }
@@ -289,21 +398,31 @@ std::string DisaggNode::Metrics(const std::string& labels) const {
   const serve::Json st = StatusJson();
   const std::string l = labels + ",role=\"" + st["role"].get<std::string>() + "\"";
   std::string out;
-  serve::ScalarText(out, "gyre_disagg_transfer_bytes_total", "counter",
-                    "Bytes of sequence caches (pages and KDA state) transferred (sent by prefill, taken by decode).", l,
-                    static_cast<double>(bytes_.load()));
-  serve::ScalarText(out, "gyre_disagg_transfer_pages_total", "counter", "KV pages transferred.", l,
-                    static_cast<double>(pages_.load()));
-  serve::ScalarText(out, "gyre_disagg_transfers_total", "counter", "Cache transfers completed (acknowledged).", l,
-                    static_cast<double>(completed_.load()));
-  serve::ScalarText(out, "gyre_disagg_transfer_failures_total", "counter",
-                    "Cache transfers that failed (prefill: after the protocol's retries; decode: no verified image).", l,
-                    static_cast<double>(failed_.load()));
-  serve::ScalarText(out, "gyre_disagg_transfer_retries_total", "counter", "Transfer attempts retried.", l,
-                    static_cast<double>(retries_.load()));
-  serve::ScalarText(out, "gyre_disagg_transfers_in_flight", "gauge",
-                    "Transfers in progress (prefill: exported, not yet acknowledged; decode: being received).", l,
-                    st.value("transfers_in_flight", int64_t{0}));
+  struct Series {
+    const char* name;
+    const char* type;
+    const char* help;
+    double value;
+  };
+  auto n = [](const std::atomic<int64_t>& v) { return static_cast<double>(v.load()); };
+  const Series series[] = {
+      {"gyre_disagg_transfer_bytes_total", "counter",
+       "Bytes of sequence caches (pages and KDA state) transferred (sent by prefill, taken by decode).", n(bytes_)},
+      {"gyre_disagg_transfer_pages_total", "counter", "KV pages transferred.", n(pages_)},
+      {"gyre_disagg_transfers_total", "counter", "Cache transfers completed (acknowledged).", n(completed_)},
+      {"gyre_disagg_transfer_failures_total", "counter",
+       "Cache transfers that failed (prefill: after the protocol's retries; decode: no verified image).", n(failed_)},
+      {"gyre_disagg_transfer_retries_total", "counter", "Transfer attempts retried.", n(retries_)},
+      {"gyre_disagg_transfers_in_flight", "gauge",
+       "Transfers in progress (prefill: exported, not yet acknowledged; decode: being received).",
+       static_cast<double>(st.value("transfers_in_flight", int64_t{0}))},
+      {"gyre_disagg_image_transfers_total", "counter",
+       "Image-row transfers (encode: sent, one per target; prefill/decode: taken and checked).", n(image_transfers_)},
+      {"gyre_disagg_image_transfer_bytes_total", "counter", "Bytes of image-row transfers.", n(image_bytes_)},
+      {"gyre_disagg_image_transfer_failures_total", "counter",
+       "Image-row transfers that failed (encode: a send; prefill/decode: missing or refused rows).", n(image_failures_)},
+  };
+  for (const Series& m : series) serve::ScalarText(out, m.name, m.type, m.help, l, m.value);
   serve::HistogramText(out, "gyre_disagg_transfer_latency_seconds",
                        "Histogram of one cache transfer's latency, send to acknowledgement (prefill).", l,
                        latency_.Get());

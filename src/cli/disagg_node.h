@@ -19,7 +19,15 @@
 // answered 200) and is admitted with Engine::SubmitImported: the image is written into the slot
 // and pages the engine allocates, the first token is emitted, and decoding goes on unchanged.
 //
-// Thread safety: Submit, Status and Metrics from any thread.
+// Encode (docs/vision.md "Encode role"): a request with X-Gyre-Images-To is prepared as usual
+// (its images fetched and run through the tower, or taken from the embedding cache), and the rows
+// are packed (transfer/embeds_image.h) and sent as X-Gyre-Images-Id to each address listed (the
+// prefill and the decode instance), on the request's preparation thread; the answer (200) comes
+// after every acknowledgement. Prefill and decode instances both listen on their transfer port,
+// and a request with X-Gyre-Images-Id takes its rows from there (TakeImages), checked against the
+// tower's fingerprint and each of its own images' XXH64, instead of running the tower.
+//
+// Thread safety: Submit, SendImages, TakeImages, Status and Metrics from any thread.
 #pragma once
 
 #include <atomic>
@@ -43,12 +51,17 @@
 
 namespace gyre::cli {
 
-enum class DisaggRole { kPrefill, kDecode };
+enum class DisaggRole { kPrefill, kDecode, kEncode };
+
+// XXH64 of a vision tower's configuration and of some of its weights (norms and biases): image
+// rows are taken only from an encoder whose tower has the same fingerprint.
+uint64_t TowerFingerprint(const serve::ImageEncoder& enc);
 
 struct DisaggNodeOptions {
   DisaggRole role = DisaggRole::kPrefill;
-  std::string transfer_host = "127.0.0.1";  // decode: the address the transfer port binds
-  int transfer_port = 0;                    // decode: 0 picks a free port
+  std::string transfer_host = "127.0.0.1";  // prefill, decode: the address the transfer port binds
+  int transfer_port = 0;                    // prefill, decode: 0 picks a free port
+  uint64_t tower_fingerprint = 0;           // TowerFingerprint of this instance's tower (images)
   int send_threads = 2;                     // prefill: transfers in parallel (each on its own link)
   // decode: how long a request waits for its verified image (it normally is there already).
   std::chrono::milliseconds take_timeout{2000};
@@ -65,11 +78,15 @@ class DisaggNode final : public serve::DisaggHandler {
   // Stops the transfer threads; held exports are released with an error. Idempotent.
   void Stop();
 
-  // Decode: the bound transfer port.
+  // Prefill, decode: the bound transfer port.
   int transfer_port() const { return listener_ ? listener_->port() : 0; }
 
   Result<RequestId> Submit(RequestParams params, std::shared_ptr<RequestSink> sink,
                            const serve::DisaggTicket& ticket) override;
+  Status SendImages(uint64_t id, const std::vector<std::string>& to, const std::vector<std::vector<uint8_t>>& bytes,
+                    const std::vector<serve::EncodedImage>& images) override;
+  Result<std::vector<serve::EncodedImage>> TakeImages(uint64_t id,
+                                                      const std::vector<std::vector<uint8_t>>& bytes) override;
   serve::Json StatusJson() const override;
   std::string Metrics(const std::string& labels) const override;
 
@@ -94,14 +111,19 @@ class DisaggNode final : public serve::DisaggHandler {
   // Prefill, on a transfer thread: sends and releases the engine's hold.
   void Send(RequestId id, const serve::DisaggTicket& ticket, const transfer::SequenceImage& image);
   Status SendOn(Link& link, const std::string& to, uint64_t transfer_id, const transfer::SequenceImage& image);
-  // Decode: the accept loop, and the verified image of a ticket from any link.
+  // A link to `to` that no other thread is using (made busy), and its release.
+  std::shared_ptr<Link> AcquireLink(const std::string& to);
+  void ReleaseLink(Link& link);
+  // Prefill, decode: the accept loop, and the verified image of a ticket from any link (waiting up
+  // to take_timeout); `what` names it in the NotFound.
   void AcceptLoop();
+  Result<transfer::SequenceImage> TakeVerified(uint64_t transfer_id, const char* what);
   Result<transfer::SequenceImage> Take(uint64_t transfer_id);
 
   Engine* const engine_;
   const DisaggNodeOptions opts_;
   std::unique_ptr<serve::WorkPool> senders_;          // prefill
-  std::unique_ptr<transfer::TcpListener> listener_;   // decode
+  std::unique_ptr<transfer::TcpListener> listener_;   // prefill, decode
   std::thread acceptor_;
   std::atomic<bool> stop_{false};
 
@@ -113,6 +135,8 @@ class DisaggNode final : public serve::DisaggHandler {
   std::atomic<int64_t> in_flight_{0}, completed_{0}, failed_{0}, retries_{0};
   std::atomic<int64_t> bytes_{0}, pages_{0};
   std::atomic<int64_t> import_failures_{0};
+  // Image rows (encode: sent, once per address; prefill/decode: taken), and failures.
+  std::atomic<int64_t> image_transfers_{0}, image_bytes_{0}, image_failures_{0};
   serve::Histogram latency_;
 };
 

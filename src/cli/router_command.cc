@@ -39,6 +39,7 @@ using Clock = std::chrono::steady_clock;
 
 struct RouterArgs {
   std::vector<std::string> prefill, decode;
+  std::vector<std::string> encode;  // image requests go through one of these first (may be empty)
   std::string host = "127.0.0.1";
   int port = 8000;
   int http_threads = 2;
@@ -129,32 +130,53 @@ class UpstreamCall {
 };
 
 // One instance as the router sees it.
+enum class Role { kPrefill, kDecode, kEncode };
+const char* RoleName(Role r) { return r == Role::kPrefill ? "prefill" : r == Role::kDecode ? "decode" : "encode"; }
+
+// Whether a chat body has image parts (messages[i].content[j].type == "image_url").
+bool HasImages(const Json& body) {
+  const Json* messages = body.contains("messages") ? &body["messages"] : nullptr;
+  if (!messages || !messages->is_array()) return false;
+  for (const Json& m : *messages) {
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    for (const Json& part : m["content"]) {
+      if (part.is_object() && part.value("type", "") == "image_url") return true;
+    }
+  }
+  return false;
+}
+
 struct Instance {
   std::string url;
   serve::Endpoint ep;
-  bool prefill = false;
+  Role role = Role::kDecode;
+  bool prefill = false;  // role == kPrefill
   // Guarded by Router::mu_.
   bool healthy = false;
   std::string why;  // when not healthy
   int64_t load = 0, pages_free = 0;
-  std::string transfer_address;  // decode
+  std::string transfer_address;  // decode (caches, image rows), prefill (image rows)
   int64_t routed = 0;            // this router's requests there now
 };
 
 class Router {
  public:
   explicit Router(const RouterArgs& a)
-      : args_(a), affinity_(a.prefill.size() + a.decode.size(), a.affinity), rng_(std::random_device{}()) {}
+      : args_(a),
+        affinity_(a.prefill.size() + a.decode.size() + a.encode.size(), a.affinity),
+        rng_(std::random_device{}()) {}
 
   Status Init() {
-    for (const auto& [urls, prefill] : {std::pair{&args_.prefill, true}, std::pair{&args_.decode, false}}) {
+    for (const auto& [urls, role] : {std::pair{&args_.prefill, Role::kPrefill}, std::pair{&args_.decode, Role::kDecode},
+                                     std::pair{&args_.encode, Role::kEncode}}) {
       for (const std::string& u : *urls) {
         auto ep = serve::ParseUrl(u);
-        if (!ep.ok()) return ep.error().WithContext(prefill ? "--prefill" : "--decode");
+        if (!ep.ok()) return ep.error().WithContext(std::string("--") + RoleName(role));
         auto in = std::make_unique<Instance>();
         in->url = u;
         in->ep = *ep;
-        in->prefill = prefill;
+        in->role = role;
+        in->prefill = role == Role::kPrefill;
         instances_.push_back(std::move(in));
       }
     }
@@ -222,7 +244,7 @@ class Router {
       if (s.ok() && c.status() != 200) s = Status::Unavailable("GET /disagg/status answered " + std::to_string(c.status()));
       if (s.ok()) {
         j = Json::parse(body, nullptr, false);
-        const std::string want = in->prefill ? "prefill" : "decode";
+        const std::string want = RoleName(in->role);
         if (j.is_discarded() || j.value("role", "") != want)
           s = Status::Unavailable("it is not a " + want + " instance (gyre serve --role " + want + ")");
       }
@@ -245,7 +267,7 @@ class Router {
     for (size_t i = 0; i < instances_.size(); ++i) {
       const Instance& in = *instances_[i];
       Json e{{"url", in.url},
-             {"role", in.prefill ? "prefill" : "decode"},
+             {"role", RoleName(in.role)},
              {"healthy", in.healthy},
              {"why", in.why},
              {"load", in.load},
@@ -257,6 +279,7 @@ class Router {
     return Json{{"role", "router"},
                 {"instances", list},
                 {"handoff_retries", retries_},
+                {"image_requests", image_requests_},
                 {"max_retries", args_.max_retries},
                 {"prefix_routing",
                  {{"enabled", args_.prefix_routing},
@@ -279,7 +302,9 @@ class Router {
     auto key = [](const Instance& x) { return std::pair{x.load + x.routed, -x.pages_free}; };
     for (size_t i = 0; i < instances_.size(); ++i) {
       const Instance& in = *instances_[i];
-      if (in.prefill != prefill || !in.healthy || (!prefill && in.transfer_address.empty())) continue;
+      if (in.role != (prefill ? Role::kPrefill : Role::kDecode) || !in.healthy ||
+          (!prefill && in.transfer_address.empty()))
+        continue;
       if (std::find(exclude.begin(), exclude.end(), &in) != exclude.end()) continue;
       if (best == instances_.size() || key(in) < key(*instances_[best])) best = i;
       candidates.push_back({i, in.load + in.routed});
@@ -297,6 +322,17 @@ class Router {
     }
     ++instances_[best]->routed;
     return instances_[best].get();
+  }
+  // The least loaded healthy encode instance (counted as routed there), or null.
+  Instance* PickEncoder() {
+    std::lock_guard<std::mutex> l(mu_);
+    Instance* best = nullptr;
+    for (auto& in : instances_) {
+      if (in->role != Role::kEncode || !in->healthy) continue;
+      if (!best || in->load + in->routed < best->load + best->routed) best = in.get();
+    }
+    if (best) ++best->routed;
+    return best;
   }
   void Done(Instance* in, bool unreachable) {
     std::lock_guard<std::mutex> l(mu_);
@@ -332,6 +368,40 @@ class Router {
     RelayWhole(c, ex, "decode");
   }
 
+  // Step 0 of an image request: an encode instance sends the image rows (`images_id`) to the
+  // transfer addresses `to` ("P,D"). kSent: both hold verified rows; kRetry: the encoder answered
+  // 503 (a send failed; another decode instance may do) and `last` is false; kAnswered: an error
+  // went to the client (the encoder's own answer, a 400 for a bad image among them, or a 502/503).
+  enum class EncodeOutcome { kSent, kRetry, kAnswered };
+  EncodeOutcome Encode(const serve::HttpRequest& req, const std::string& body, uint64_t images_id, const std::string& to,
+                       bool last, serve::HttpExchange& ex) {
+    Instance* e = PickEncoder();
+    if (!e) {
+      serve::RespondError(ex, Error(503, "no encode instance is available"));
+      return EncodeOutcome::kAnswered;
+    }
+    auto headers = Forwarded(req);
+    headers.emplace_back("X-Gyre-Images-Id", std::to_string(images_id));
+    headers.emplace_back("X-Gyre-Images-To", to);
+    UpstreamCall c;
+    Status s = c.Start(e->ep, http::verb::post, req.path, body, headers, args_.timeout_s);
+    Done(e, !s.ok());
+    if (s.ok() && c.status() == 503 && !last) {
+      std::string ignored;
+      (void)c.ReadAll(&ignored);
+      return EncodeOutcome::kRetry;
+    }
+    if (s.ok() && c.status() != 200) {
+      RelayWhole(c, ex, "encode");
+      return EncodeOutcome::kAnswered;
+    }
+    std::string ignored;
+    if (s.ok()) s = c.ReadAll(&ignored);
+    if (s.ok()) return EncodeOutcome::kSent;
+    serve::RespondError(ex, Error(502, "encode instance " + e->url + ": " + s.message()));
+    return EncodeOutcome::kAnswered;
+  }
+
   void Generate(const serve::HttpRequest& req, std::shared_ptr<serve::HttpExchange> ex) {
     Json body = Json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object())
@@ -347,6 +417,14 @@ class Router {
     // or answered 404 (no cache under the transfer id) or 5xx. A prefill instance that cannot be
     // connected to is replaced by another (same budget). Each try prefills again under a fresh
     // transfer id. Other answers (a 400 for a bad field, ...) go to the client as they are.
+    // Image requests go through an encode instance first (docs/vision.md "Encode role"): it runs
+    // the tower and sends the rows to the prefill and the decode instance of this try; without
+    // one, they are sent on and refused there (400).
+    const bool images = !args_.encode.empty() && req.path == "/v1/chat/completions" && HasImages(body);
+    if (images) {
+      std::lock_guard<std::mutex> l(mu_);
+      ++image_requests_;
+    }
     Json pre = body;
     pre["stream"] = false;
     pre.erase("stream_options");
@@ -383,6 +461,35 @@ class Router {
       }
       auto headers = Forwarded(req);
       headers.emplace_back("X-Gyre-Transfer-Id", std::to_string(id));
+      if (images) {
+        // 0. Encode: the image rows to both instances of this try (each try sends them again, under
+        // a fresh id: the encoder's embedding cache makes a repeat cheap). 200 only once both hold
+        // verified rows. A refused image (400) goes to the client as it is.
+        uint64_t images_id;
+        std::string p_addr;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          images_id = (rng_() >> 1) | 1;
+          p_addr = p->transfer_address;
+        }
+        EncodeOutcome o = EncodeOutcome::kAnswered;
+        if (p_addr.empty()) {
+          serve::RespondError(*ex, Error(503, "prefill instance " + p->url + " reports no transfer address for image rows"));
+        } else {
+          o = Encode(req, pre_body, images_id, p_addr + "," + to, last, *ex);
+        }
+        if (o == EncodeOutcome::kRetry) {  // a send to `p` or `d` failed: another decode instance
+          Done(d, false);
+          failed.push_back(d);
+          continue;
+        }
+        if (o == EncodeOutcome::kAnswered) {
+          release_p(false);
+          Done(d, false);
+          return;
+        }
+        headers.emplace_back("X-Gyre-Images-Id", std::to_string(images_id));
+      }
       // 1. Prefill: the prompt and its first token; 200 only once the decode instance holds the cache.
       {
         UpstreamCall pc;
@@ -463,6 +570,7 @@ class Router {
   PrefixAffinity affinity_;  // guarded by mu_
   int64_t prefill_requests_ = 0, routed_by_prefix_ = 0, matched_blocks_ = 0;
   int64_t retries_ = 0;  // handoffs tried again with another decode instance
+  int64_t image_requests_ = 0;  // requests sent through an encode instance
   std::condition_variable cv_;
   bool stopping_ = false;
   int64_t active_ = 0;
@@ -522,6 +630,9 @@ void AddRouterCommand(CLI::App& app, std::function<int()>* runner) {
                                "and `--role decode` instances (docs/disaggregation.md)");
   r->add_option("--prefill", a->prefill, "prefill instance base URLs (http://HOST:PORT), one or more")->required();
   r->add_option("--decode", a->decode, "decode instance base URLs (http://HOST:PORT), one or more")->required();
+  r->add_option("--encode", a->encode,
+                 "encode instance base URLs (gyre serve --role encode): chat requests with images go through one, "
+                 "which sends the image rows to the prefill and the decode instance (docs/vision.md)");
   r->add_option("--host", a->host, "address to listen on")->capture_default_str();
   r->add_option("--port", a->port, "port (0 picks a free one)")->check(CLI::Range(0, 65535))->capture_default_str();
   r->add_option("--http-threads", a->http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256))->capture_default_str();

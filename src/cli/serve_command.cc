@@ -506,34 +506,46 @@ int RunServe(ServeArgs a) {
   }
   if (!engine.ok()) return Fail(engine.error());
   if (Status s = (*engine)->Start(); !s.ok()) return Fail(s);
-  std::unique_ptr<DisaggNode> node;  // --role prefill|decode (stopped before the engine)
-  if (a.role == "prefill" || a.role == "decode") {
+  serve::ServerDeps deps;
+  if (Status s = AttachImageEncoder(a.model, cuda || random, a.allowed_local_media_path, a.image_cache_mb, &deps); !s.ok()) {
+    (*engine)->Stop();
+    return Fail(s);
+  }
+  if (a.role == "encode" && !deps.images) {
+    (*engine)->Stop();
+    return Fail(Status::InvalidArgument("--role encode needs a model with a vision tower on the cpu backend: " +
+                                        deps.images_refused_reason));
+  }
+  std::unique_ptr<DisaggNode> node;  // --role prefill|decode|encode (stopped before the engine)
+  if (a.role == "prefill" || a.role == "decode" || a.role == "encode") {
     DisaggNodeOptions no;
-    no.role = a.role == "prefill" ? DisaggRole::kPrefill : DisaggRole::kDecode;
+    no.role = a.role == "prefill"  ? DisaggRole::kPrefill
+              : a.role == "decode" ? DisaggRole::kDecode
+                                   : DisaggRole::kEncode;
     no.transfer_host = a.host;
     no.transfer_port = a.transfer_port;
+    if (deps.images) no.tower_fingerprint = TowerFingerprint(*deps.images);
     auto n = DisaggNode::Create(engine->get(), no);
     if (!n.ok()) {
       (*engine)->Stop();
       return Fail(n.error().WithContext("--transfer-port"));
     }
     node = std::move(*n);
-    backend_line += a.role == "prefill" ? "; disaggregated prefill instance (caches sent to the decode instance the router names)"
-                                        : "; disaggregated decode instance, caches arrive on transfer port " +
-                                              std::to_string(node->transfer_port());
+    backend_line += a.role == "prefill"  ? "; disaggregated prefill instance (caches sent to the decode instance the "
+                                           "router names), image rows arrive on transfer port " +
+                                               std::to_string(node->transfer_port())
+                    : a.role == "decode" ? "; disaggregated decode instance, caches arrive on transfer port " +
+                                               std::to_string(node->transfer_port())
+                                         : std::string("; encode instance (image rows sent to the instances the "
+                                                       "router names)");
   }
 
-  serve::ServerDeps deps;
   deps.engine = engine->get();
   deps.tokenizer = tok->get();
   deps.tokenizer_config = tc;
   deps.disagg = node.get();
   if (tpl) {
     deps.render_chat = [tpl](const serve::Json& ctx) { return tpl->Render(ctx); };
-  }
-  if (Status s = AttachImageEncoder(a.model, cuda || random, a.allowed_local_media_path, a.image_cache_mb, &deps); !s.ok()) {
-    (*engine)->Stop();
-    return Fail(s);
   }
   if (!a.trace_dir.empty()) {
     std::error_code ec;
@@ -675,12 +687,14 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "`gyre router` sends, and sends each cache, DSA pages + KDA state + first token, to the decode "
                 "instance the router names; frees it when acknowledged), decode (receives caches on --transfer-port, "
                 "verifies every checksum and decodes), or local-pair (cpu: prefill and decode on two runners of this "
-                "process, the cache over TCP loopback; no prefix caching). Roles other than both: cpu backend only. "
-                "docs/disaggregation.md")
-      ->check(CLI::IsMember({"both", "prefill", "decode", "local-pair"}));
+                "process, the cache over TCP loopback; no prefix caching), or encode (cpu: runs the vision tower on "
+                "the images of the requests the router sends and sends their rows to the prefill and decode "
+                "instances; docs/vision.md). docs/disaggregation.md")
+      ->check(CLI::IsMember({"both", "prefill", "decode", "local-pair", "encode"}));
   s->add_option("--transfer-port", args->transfer_port,
-                "--role decode: TCP port (on --host) where prefill instances send caches; 0 (default) picks a free "
-                "one, printed at startup and reported by GET /disagg/status")
+                "--role decode: TCP port (on --host) where prefill instances send caches; --role prefill|decode: "
+                "where encode instances send image rows; 0 (default) picks a free one, printed at startup and "
+                "reported by GET /disagg/status")
       ->check(CLI::Range(0, 65535));
   s->add_option("--allowed-local-media-path", args->allowed_local_media_path,
                 "image_url parts may name file:// images inside this folder (default: file:// refused)");

@@ -416,7 +416,8 @@ Status CheckForcedToolMarkup(const ChatRequest& r, const ChatParseOptions& parse
                     "<arg_key>), and this model's chat template does not offer tools in it");
 }
 
-Result<ImagePrompt> OpenAiServing::ChatImagePrompt(const ChatRequest& r, const std::string& text) const {
+Result<ImagePrompt> OpenAiServing::ChatImagePrompt(const ChatRequest& r, const std::string& text,
+                                                   const DisaggTicket* ticket) const {
   if (!cfg_.images) {
     return FieldError(r.images[0].field, "this server does not accept images: " +
                                              (cfg_.images_refused_reason.empty() ? std::string("no vision tower")
@@ -426,12 +427,26 @@ Result<ImagePrompt> OpenAiServing::ChatImagePrompt(const ChatRequest& r, const s
   if (static_cast<int64_t>(r.images.size()) > enc.options.max_images)
     return FieldError(r.images[enc.options.max_images].field,
                       "at most " + std::to_string(enc.options.max_images) + " images per request");
-  std::vector<EncodedImage> encoded;
+  std::vector<std::vector<uint8_t>> bytes;
   for (const ImageInput& in : r.images) {
-    GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, LoadImageUrl(in.url, in.field, enc.options));
-    GYRE_ASSIGN_OR_RETURN(EncodedImage e, EncodeImage(enc, bytes, in.field));
-    encoded.push_back(std::move(e));
+    GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> b, LoadImageUrl(in.url, in.field, enc.options));
+    bytes.push_back(std::move(b));
   }
+  const bool from_encoder = ticket && ticket->images_id != 0 && ticket->images_to.empty();
+  if ((from_encoder || (ticket && !ticket->images_to.empty())) && !cfg_.disagg)
+    return Status::InvalidArgument("X-Gyre-Images-Id / X-Gyre-Images-To are for disaggregated instances "
+                                   "(gyre serve --role encode|prefill|decode)");
+  std::vector<EncodedImage> encoded;
+  if (from_encoder) {
+    GYRE_ASSIGN_OR_RETURN(encoded, cfg_.disagg->TakeImages(ticket->images_id, bytes));
+  } else {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      GYRE_ASSIGN_OR_RETURN(EncodedImage e, EncodeImage(enc, bytes[i], r.images[i].field));
+      encoded.push_back(std::move(e));
+    }
+  }
+  if (ticket && !ticket->images_to.empty())
+    GYRE_RETURN_IF_ERROR(cfg_.disagg->SendImages(ticket->images_id, ticket->images_to, bytes, encoded));
   const bool bos = r.gen.add_special_tokens;
   return BuildImagePrompt(text, encoded, enc.config, [&](const std::string& seg, bool first) {
     return EncodeText(seg, first && bos, "messages");
@@ -603,6 +618,14 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     RespondError(*ex, ApiError::FromStatus(m));
     return;
   }
+  if (request.ticket && !request.ticket->images_to.empty()) {
+    // An encode request: the rows went out in Prepare; nothing runs here.
+    RespondJson(*ex, Json{{"object", "gyre.images_sent"},
+                          {"images", request.images_sent},
+                          {"image_tokens", request.embeds ? static_cast<int64_t>(request.embeds->positions.size()) : 0},
+                          {"sent_to", request.ticket->images_to}});
+    return;
+  }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const bool responses = !request.responses.is_null();
   const char* prompt_field = responses ? "input" : chat ? "messages" : "prompt";
@@ -662,12 +685,15 @@ void OpenAiServing::Submit(Prepared request, std::shared_ptr<HttpExchange> ex, C
     }
     choice_params.push_back(std::move(pi));
   }
-  if (request.ticket && (n != 1 || !cfg_.disagg || choice_params[0].prompt_embeds)) {
-    // Images: a decode instance that recomputes a preempted prompt would have no image rows.
+  if (request.ticket &&
+      (n != 1 || !cfg_.disagg || (choice_params[0].prompt_embeds && request.ticket->images_id == 0))) {
+    // Images need an encoder that sends their rows to both instances (docs/vision.md "Encode role"):
+    // the decode instance needs them too, to recompute a preempted prompt.
     RespondError(*ex, ApiError::FromStatus(Status::InvalidArgument(
                           !cfg_.disagg ? "this instance is not a disaggregated one (gyre serve --role prefill|decode)"
                           : n != 1     ? "n > 1 is not supported with disaggregated prefill/decode"
-                                       : "image inputs are not supported with disaggregated prefill/decode yet")));
+                                       : "image inputs with disaggregated prefill/decode need an encode instance "
+                                         "(gyre router --encode URL)")));
     return;
   }
   const bool stagger = n > 1 && cfg_.engine->Stats().prefix_caching;
@@ -709,18 +735,24 @@ Result<OpenAiServing::Prepared> OpenAiServing::PrepareResponses(std::string_view
   return p;
 }
 
-Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_view body) const {
+Result<OpenAiServing::Prepared> OpenAiServing::Prepare(bool chat, std::string_view body,
+                                                       const DisaggTicket* ticket) const {
   Prepared p;
   p.chat = chat;
+  const bool encode_request = ticket && !ticket->images_to.empty();
+  if (encode_request && (!chat || ticket->images_id == 0))
+    return Status::InvalidArgument("X-Gyre-Images-To needs X-Gyre-Images-Id and a /v1/chat/completions request");
   if (chat) {
     GYRE_ASSIGN_OR_RETURN(ChatRequest r, ParseChatRequest(body));
     GYRE_ASSIGN_OR_RETURN(const std::string text, ChatPromptText(r));
     if (r.images.empty()) {
+      if (encode_request) return Status::InvalidArgument("an encode request (X-Gyre-Images-To) has no images");
       GYRE_ASSIGN_OR_RETURN(p.prompt, TextPromptIds(text, r.gen.add_special_tokens, "messages"));
     } else {
-      GYRE_ASSIGN_OR_RETURN(ImagePrompt ip, ChatImagePrompt(r, text));
+      GYRE_ASSIGN_OR_RETURN(ImagePrompt ip, ChatImagePrompt(r, text, ticket));
       p.prompt = std::move(ip.ids);
       p.embeds = std::move(ip.embeds);
+      if (encode_request) p.images_sent = static_cast<int64_t>(r.images.size());
     }
     p.parse = ChatParseOptionsFor(r, text);
     GYRE_RETURN_IF_ERROR(CheckForcedToolMarkup(r, p.parse));

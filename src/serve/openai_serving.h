@@ -42,8 +42,14 @@ using ChatRenderFn = std::function<Result<std::string>(const Json& context)>;
 // Disaggregated prefill/decode (docs/disaggregation.md): what the router asks of an instance for
 // one request, from its X-Gyre-Transfer-Id / X-Gyre-Transfer-To headers.
 struct DisaggTicket {
-  uint64_t transfer_id = 0;
+  uint64_t transfer_id = 0;  // 0 with images_to set: an encode request (no cache moves)
   std::string send_to;  // set: prefill and send the cache to this HOST:PORT; empty: decode an imported cache
+  // Encode–prefill–decode (docs/vision.md "Encode role"), X-Gyre-Images-Id: the id of the image
+  // rows an encode instance sent (0: none).
+  uint64_t images_id = 0;
+  // X-Gyre-Images-To, on an encode instance: encode the request's images and send their rows as
+  // images_id to these transfer addresses (HOST:PORT), then answer without generating.
+  std::vector<std::string> images_to;
 };
 
 // Implemented by `gyre serve --role prefill|decode` (cli/disagg_node.h).
@@ -54,6 +60,16 @@ class DisaggHandler {
   // Errors as Engine::Submit; NotFound when no verified cache arrived for the ticket (decode).
   virtual Result<RequestId> Submit(RequestParams params, std::shared_ptr<RequestSink> sink,
                                    const DisaggTicket& ticket) = 0;
+  // Encode role: sends the encoded images of one request (`bytes[i]`: image i's bytes, `images[i]`
+  // its rows) as `id` to every address in `to`, waiting for each acknowledgement. Unavailable
+  // naming the address that failed; InvalidArgument on an instance that is not an encoder.
+  virtual Status SendImages(uint64_t id, const std::vector<std::string>& to,
+                            const std::vector<std::vector<uint8_t>>& bytes,
+                            const std::vector<EncodedImage>& images) = 0;
+  // A target of an encoder: the rows sent as `id`, checked against the request's own images
+  // (`bytes`: their count and each image's XXH64). NotFound when nothing arrived in time;
+  // InvalidArgument when the rows are not those images' (or another tower's).
+  virtual Result<std::vector<EncodedImage>> TakeImages(uint64_t id, const std::vector<std::vector<uint8_t>>& bytes) = 0;
   // Fields for GET /disagg/status (role, transfer counts, bytes held).
   virtual Json StatusJson() const = 0;
   // Prometheus text appended to /metrics; `labels` as in HistogramText.
@@ -106,10 +122,13 @@ class OpenAiServing {
     Json responses;
     std::shared_ptr<const PromptEmbeds> embeds;  // chat with images: the image rows (else null)
     std::optional<DisaggTicket> ticket;  // a request the disaggregation router sent
+    int64_t images_sent = 0;  // an encode request: the images whose rows were sent (answered, not run)
   };
   // Parses a /v1/chat/completions (`chat`) or /v1/completions body and builds its prompt ids.
-  // Errors: InvalidArgument naming the field. Any thread.
-  Result<Prepared> Prepare(bool chat, std::string_view body) const;
+  // With `ticket` (the router's headers): an encode request encodes and sends its images; a
+  // request with images_id takes its image rows from the encoder instead of running the tower.
+  // Errors: InvalidArgument naming the field; Unavailable for a failed image transfer. Any thread.
+  Result<Prepared> Prepare(bool chat, std::string_view body, const DisaggTicket* ticket = nullptr) const;
   // The same for a /v1/responses body (responses_protocol.h): a chat prompt, `responses` set.
   Result<Prepared> PrepareResponses(std::string_view body) const;
   // Submits a prepared request; the answer goes to `ex`, now or later. `arrival` is when the
@@ -144,7 +163,8 @@ class OpenAiServing {
   Status CheckModel(const std::string& model) const;
   // Validates the model name and the context length and fills the engine parameters.
   // A chat prompt with images (r.images non-empty): fetched, encoded, expanded (image_inputs.h).
-  Result<ImagePrompt> ChatImagePrompt(const ChatRequest& r, const std::string& text) const;
+  // With a ticket: sent to an encoder's targets, or taken from an encoder (Prepare).
+  Result<ImagePrompt> ChatImagePrompt(const ChatRequest& r, const std::string& text, const DisaggTicket* ticket) const;
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
 
   // The vocabulary's token trie for structured output, built on first use (thread-safe).

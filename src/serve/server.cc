@@ -237,7 +237,8 @@ void Server::TraceRequest(const std::string& body, std::shared_ptr<HttpExchange>
 void Server::Generate(Api api, std::string body, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
                       std::shared_ptr<RequestRecord> record, std::optional<DisaggTicket> ticket) {
   OffHttpThread(ex, [this, api, body = std::move(body), ex, arrival, record, ticket] {
-    auto prepared = api == Api::kResponses ? serving_->PrepareResponses(body) : serving_->Prepare(api == Api::kChat, body);
+    auto prepared = api == Api::kResponses ? serving_->PrepareResponses(body)
+                                           : serving_->Prepare(api == Api::kChat, body, ticket ? &*ticket : nullptr);
     if (prepared.ok()) prepared->ticket = ticket;
     ex->Post([this, prepared = std::move(prepared), ex, arrival, record]() mutable {
       if (!prepared.ok()) return RespondError(*ex, ApiError::FromStatus(prepared.error()));
@@ -356,14 +357,33 @@ void Server::Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
     if (path == "/v1/chat/completions" || path == "/v1/completions") {
       // The disaggregation router's headers (docs/disaggregation.md).
       std::optional<DisaggTicket> ticket;
-      if (const std::string_view id = req.Header("x-gyre-transfer-id"); !id.empty()) {
-        ticket.emplace();
-        const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), ticket->transfer_id);
-        if (ec != std::errc() || end != id.data() + id.size()) {
-          RespondError(*ex, MakeError(400, "X-Gyre-Transfer-Id must be a decimal 64-bit id"));
+      auto id_header = [&](const char* name, uint64_t* out) {
+        const std::string_view id = req.Header(name);
+        if (id.empty()) return true;
+        if (!ticket) ticket.emplace();
+        const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), *out);
+        if (ec == std::errc() && end == id.data() + id.size() && *out != 0) return true;
+        RespondError(*ex, MakeError(400, std::string(name) + " must be a decimal 64-bit id other than 0"));
+        return false;
+      };
+      uint64_t transfer_id = 0, images_id = 0;
+      if (!id_header("x-gyre-transfer-id", &transfer_id) || !id_header("x-gyre-images-id", &images_id)) return;
+      if (const std::string_view to = req.Header("x-gyre-images-to"); !to.empty()) {
+        if (!ticket) ticket.emplace();
+        for (size_t at = 0; at <= to.size();) {  // comma-separated HOST:PORT
+          const size_t comma = std::min(to.find(',', at), to.size());
+          if (comma > at) ticket->images_to.emplace_back(to.substr(at, comma - at));
+          at = comma + 1;
+        }
+      }
+      if (ticket) {
+        ticket->transfer_id = transfer_id;
+        ticket->images_id = images_id;
+        ticket->send_to = std::string(req.Header("x-gyre-transfer-to"));
+        if (transfer_id == 0 && ticket->images_to.empty()) {
+          RespondError(*ex, MakeError(400, "X-Gyre-Images-Id without X-Gyre-Transfer-Id or X-Gyre-Images-To"));
           return;
         }
-        ticket->send_to = std::string(req.Header("x-gyre-transfer-to"));
       }
       const Api api = path == "/v1/chat/completions" ? Api::kChat : Api::kCompletions;
       if (allow("POST")) Generate(api, std::move(req.body), ex, arrival, record, std::move(ticket));

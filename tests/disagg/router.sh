@@ -6,45 +6,26 @@
 # a router whose preferred decode instance cannot take transfers retries on the other (and, with
 # --max-retries 0, answers the prefill's 503), and one whose preferred prefill instance has gone
 # sends the request to the other; then with the decode instance killed the router and
-# the prefill instance answer with an error status and the prefill instance's pools return to zero. An image request is refused through the
-# router (400, naming images) while the colocated server answers it. Usage: router.sh GYRE_BINARY MODEL_DIR
+# the prefill instance answer with an error status and the prefill instance's pools return to zero. An image request is refused through a
+# router without an encode instance (400, saying one is needed); through a router with one
+# (`gyre serve --role encode`, `gyre router --encode`) image requests give the colocated server's
+# outputs byte for byte (one and two images, plain and streamed, a repeated image served from the
+# encoder's embedding cache), a corrupt image is the encoder's 400, and the image rows are counted
+# on all three instances. Usage: router.sh GYRE_BINARY MODEL_DIR
 # GYRE_SERVE_EXTRA (optional, word-split) is added to every `gyre serve`: with "--backend cuda ..."
 # the same checks run on GPU instances (scripts/gpu_check.sh step `disagg`), except the image ones
 # (the vision tower runs on the cpu backend only).
 set -euo pipefail
 gyre="$1"
-work="$(mktemp -d)"
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+disagg_workdir
 # A copy of the model whose config moves the image placeholder ids into the tiny vocabulary (as
 # tests/serve/run.sh does), so that image inputs are accepted by the colocated server.
 model="$work/model"
-mkdir -p "$model"
-for f in "$2"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$model/"; done
-python3 - "$2/config.json" "$model/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c.update(image_token_id=1010, image_start_token_id=1011, image_end_token_id=1012)
-json.dump(c, open(sys.argv[2], "w"))
-PY
+copy_vision_model "$2" "$model"
 media="$(cd "$(dirname "$0")/../fixtures/images" && pwd)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
-wait_port() {  # wait_port NAME PATTERN: sets PORT_<NAME> from "listening on http://HOST:PORT"
-  local name="$1"
-  for _ in $(seq 1 300); do
-    if grep -q "listening on http://" "$work/$name.out" 2>/dev/null; then
-      eval "PORT_$name=$(grep -o 'listening on http://[^ ]*' "$work/$name.out" | head -1 | sed 's/.*://')"
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "$name did not start:"; cat "$work/$name.err"; exit 1
-}
 start() {  # start NAME ARGS...: a gyre serve
   local name="$1"
   shift
@@ -60,6 +41,11 @@ start colo
 start prefill --role prefill
 start decode --role decode --transfer-port 0
 wait_port colo; wait_port prefill; wait_port decode
+PORT_encode=0
+if [[ "${GYRE_SERVE_EXTRA:-}" != *"--backend cuda"* ]]; then  # (the tower runs on the cpu backend)
+  start encode --role encode
+  wait_port encode
+fi
 if [[ "${GYRE_SERVE_EXTRA:-}" == *"--backend cuda"* ]]; then
   for n in colo prefill decode; do  # the instances really run the CUDA model
     for _ in $(seq 1 50); do grep -q "backend cuda (" "$work/$n.out" && break; sleep 0.1; done
@@ -72,9 +58,9 @@ fi
 pids+=($!)
 wait_port router
 
-python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" "$media" "${GYRE_SERVE_EXTRA:-}" "$gyre" <<'PY'
+python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" "$media" "${GYRE_SERVE_EXTRA:-}" "$gyre" "$PORT_encode" <<'PY'
 import base64, json, os, signal, sys, threading, time, urllib.error, urllib.request
-colo, router, prefill, decode, decode_pid, media, extra, gyre = sys.argv[1:9]
+colo, router, prefill, decode, decode_pid, media, extra, gyre, encode = sys.argv[1:10]
 cuda = "--backend cuda" in extra
 failures = []
 def check(ok, what):
@@ -91,6 +77,16 @@ def http(port, path, body=None, headers=None, timeout=60):
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+def spawn_router(what, *args):
+    """A `gyre router --port 0 ARGS`: (process, port), the port read from its first line."""
+    import subprocess
+    proc = subprocess.Popen([gyre, "router", "--port", "0", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    port = line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1] if "listening on" in line else None
+    check(port is not None, f"{what} started: {line!r}")
+    return proc, port
 
 def generate(port, path, body):
     status, raw = http(port, path, body)
@@ -191,18 +187,69 @@ for stream in (False, True):
 status, raw = http(router, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 0})
 check(status == 400 and "error" in json.loads(raw), f"bad request through the router: {status} {raw}")
 
-# Images with disaggregation are refused with a 400 that says so (a decode instance that recomputes
-# a preempted prompt would have no image rows); the colocated server answers the same request.
+# Images with disaggregation need an encode instance: without one the router's request is refused
+# with a 400 that says so (a decode instance that recomputes a preempted prompt needs the image
+# rows too); the colocated server answers the same request.
 png = base64.b64encode(open(os.path.join(media, "rgb_140x112.png"), "rb").read()).decode()
+jpg = base64.b64encode(open(os.path.join(media, "rgb_140x112.jpg"), "rb").read()).decode()
+def image_part(b64, mime="image/png"):
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64," + b64}}
 image_chat = {"model": "m", "max_tokens": 2, "temperature": 0, "messages": [{"role": "user", "content": [
-    {"type": "text", "text": "What is this?"},
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}}]}]}
+    {"type": "text", "text": "What is this?"}, image_part(png)]}]}
 status, raw = http(colo, "/v1/chat/completions", image_chat)
 check(cuda or status == 200, f"image request on the colocated server: {status} {raw[:200]}")
 for stream in ((False, True) if not cuda else ()):
     status, raw = http(router, "/v1/chat/completions", {**image_chat, "stream": stream})
-    check(status == 400 and "image inputs are not supported with disaggregated" in raw,
-          f"image request through the router (stream={stream}): {status} {raw[:300]}")
+    check(status == 400 and "need an encode instance" in raw,
+          f"image request through the router without an encoder (stream={stream}): {status} {raw[:300]}")
+
+# Encode-prefill-decode: a router with --encode sends an image request to the encode instance,
+# which runs the tower and sends the rows to the prefill and the decode instance; the answer is
+# the colocated server's, byte for byte.
+if not cuda:
+    eproc, erouter = spawn_router("a router with an encode instance", "--prefill", f"http://127.0.0.1:{prefill}",
+                                  "--decode", f"http://127.0.0.1:{decode}", "--encode", f"http://127.0.0.1:{encode}",
+                                  "--poll-ms", "100")
+    def enc_status():
+        return json.loads(http(encode, "/disagg/status")[1])
+    e0 = enc_status()
+    check(e0["role"] == "encode", f"the encode instance reports its role: {e0}")
+    image_cases = [
+        {**image_chat, "max_tokens": 6},
+        {**image_chat, "max_tokens": 6},  # the same image again: the encoder's embedding cache
+        {"model": "m", "max_tokens": 6, "temperature": 0, "messages": [{"role": "user", "content": [
+            image_part(jpg, "image/jpeg"), {"type": "text", "text": "and"}, image_part(png)]}]},
+    ]
+    for stream in (False, True):
+        for i, body in enumerate(image_cases):
+            body = {**body, "stream": stream}
+            w, g = generate(colo, "/v1/chat/completions", body), generate(erouter, "/v1/chat/completions", body)
+            check(isinstance(w, tuple) and g == w, f"image case {i} through encode-prefill-decode (stream={stream}): {w!r} vs {g!r}")
+    e1 = enc_status()
+    n_img = 2 * len(image_cases)
+    check(e1["image_transfers"] - e0["image_transfers"] == 2 * n_img and e1["image_transfer_failures"] == 0,
+          f"the encoder sent each request's rows to both instances: {e0} -> {e1}")
+    for port, what in ((prefill, "prefill"), (decode, "decode")):
+        st = json.loads(http(port, "/disagg/status")[1])
+        check(st["image_transfers"] >= n_img and st["image_transfer_failures"] == 0 and st["receiver_held_bytes"] == 0,
+              f"the {what} instance took the image rows: {st}")
+    emetrics = http(encode, "/metrics")[1]
+    hits = [l for l in emetrics.splitlines() if l.startswith("gyre_image_cache_hits_total")]
+    check(hits and float(hits[0].split()[-1]) >= n_img - 2,
+          f"the encoder encoded each distinct image once (embedding cache hits): {hits}")
+    # A corrupt image: the encoder's 400 naming the field, passed through.
+    bad = {**image_chat, "messages": [{"role": "user", "content": [image_part(png[:300])]}]}
+    status, raw = http(erouter, "/v1/chat/completions", bad)
+    check(status == 400 and "messages[0].content[0].image_url" in raw, f"a corrupt image through the encoder: {status} {raw[:300]}")
+    # Text requests through the same router skip the encoder.
+    w = generate(colo, "/v1/completions", cases[0][1])
+    check(generate(erouter, "/v1/completions", cases[0][1]) == w, "a text request through the router with an encoder")
+    check(enc_status()["image_transfers"] == e1["image_transfers"], "a text request did not go to the encoder")
+    # The instances refuse the encoder's headers where they do not belong.
+    status, raw = http(decode, "/v1/chat/completions", image_chat, {"X-Gyre-Images-Id": "5", "X-Gyre-Images-To": "127.0.0.1:1"})
+    check(status >= 400 and "encode instance" in raw, f"X-Gyre-Images-To on a decode instance: {status} {raw[:200]}")
+    eproc.terminate()
+    eproc.wait(10)
 
 # Prefix routing: a conversation's later turns are routed by their prefix (one prefill instance
 # here, so this checks the router's record and counters; test_cli's PrefixAffinity tests cover the
@@ -276,13 +323,9 @@ class FakeDecode(BaseHTTPRequestHandler):
 fake = ThreadingHTTPServer(("127.0.0.1", 0), FakeDecode)
 threading.Thread(target=fake.serve_forever, daemon=True).start()
 def start_router(*extra_args):
-    proc = subprocess.Popen([gyre, "router", "--port", "0", "--prefill", f"http://127.0.0.1:{prefill}",
-                             "--decode", f"http://127.0.0.1:{fake.server_port}", "--decode", f"http://127.0.0.1:{decode}",
-                             "--poll-ms", "100", *extra_args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = proc.stdout.readline()
-    port = line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1] if "listening on" in line else None
-    check(port is not None, f"a router with a fake decode instance started: {line!r}")
-    return proc, port
+    return spawn_router("a router with a fake decode instance", "--prefill", f"http://127.0.0.1:{prefill}",
+                        "--decode", f"http://127.0.0.1:{fake.server_port}", "--decode", f"http://127.0.0.1:{decode}",
+                        "--poll-ms", "100", *extra_args)
 retry_router, rport = start_router()
 body = {"model": "m", "prompt": "Hello there, retry", "max_tokens": 6, "temperature": 0}
 want = generate(colo, "/v1/completions", body)
@@ -306,12 +349,9 @@ class FakePrefill(FakeDecode):
         self.reply(200, {"role": "prefill", "num_running": 0, "num_waiting": 0, "kv_pages_free": 10**9})
 gone = ThreadingHTTPServer(("127.0.0.1", 0), FakePrefill)
 threading.Thread(target=gone.serve_forever, daemon=True).start()
-proc = subprocess.Popen([gyre, "router", "--port", "0", "--prefill", f"http://127.0.0.1:{gone.server_port}",
-                         "--prefill", f"http://127.0.0.1:{prefill}", "--decode", f"http://127.0.0.1:{decode}",
-                         "--poll-ms", "60000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-line = proc.stdout.readline()
-gport = line.split("listening on http://")[1].split()[0].rsplit(":", 1)[1] if "listening on" in line else None
-check(gport is not None, f"a router with a vanishing prefill instance started: {line!r}")
+proc, gport = spawn_router("a router with a vanishing prefill instance", "--prefill",
+                           f"http://127.0.0.1:{gone.server_port}", "--prefill", f"http://127.0.0.1:{prefill}",
+                           "--decode", f"http://127.0.0.1:{decode}", "--poll-ms", "60000")
 gone.shutdown()
 gone.server_close()  # (its one poll said healthy; the next is a minute away)
 got = generate(gport, "/v1/completions", body)

@@ -6,14 +6,9 @@
 set -euo pipefail
 gyre="$1"
 model="$2"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+disagg_workdir
 
 start() {  # start NAME ARGS...: starts a server, sets PORT_<NAME>
   local name="$1"
