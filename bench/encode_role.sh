@@ -90,6 +90,7 @@ for label, port in (("colocated", colo), ("encode_prefill_decode", router)):
     repeat = [ttft(port, png + f"{label}-0".encode())[0] for _ in range(n)]    # the first one again: a cache hit
     text = [ttft(port, None)[0] for _ in range(n)]  # no image: through the router, prefill → decode only
     out["cases"][label] = {"new_image": summary(fresh), "repeated_image": summary(repeat), "text_only": summary(text)}
+out["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
 c, e = out["cases"]["colocated"], out["cases"]["encode_prefill_decode"]
 out["ratios"] = {
     "epd_over_colocated_new_image": round(e["new_image"]["median_ms"] / c["new_image"]["median_ms"], 3),

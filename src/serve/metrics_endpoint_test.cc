@@ -48,6 +48,12 @@ TEST_F(ServerTest, PromtoolChecksTheMetricsClean) {
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "promtool is not on PATH (Debian package prometheus; scripts/install-deps.sh installs it)";
   }
+  // With a vision tower and its embedding cache, so that the cache's series are checked too.
+  ImageInputOptions io;
+  io.cache_bytes = int64_t{1} << 20;
+  auto enc = LoadImageEncoder(std::string(GYRE_SOURCE_DIR) + "/tests/fixtures/glm5_tiny", io);
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  images_ = *enc;
   Start();
   ASSERT_EQ(Post("/v1/chat/completions", Chat()).status, 200);  // every histogram has a sample
   ASSERT_EQ(Post("/v1/chat/completions", Chat({{"temperature", 9}})).status, 400);
@@ -64,6 +70,10 @@ TEST_F(ServerTest, PromtoolChecksTheMetricsClean) {
   const int rc = ::pclose(p);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "") << out;  // no lint problem at all
+  for (const char* series : {"gyre_image_cache_hits_total{", "gyre_image_cache_misses_total{",
+                             "gyre_image_cache_evictions_total{", "gyre_image_cache_bytes{", "gyre_image_cache_entries{",
+                             "gyre_image_cache_capacity_bytes{"})
+    EXPECT_NE(m.body.find(series), std::string::npos) << series;
 }
 
 }  // namespace

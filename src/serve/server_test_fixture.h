@@ -201,6 +201,7 @@ class ServerTest : public ::testing::Test {
     d.tokenizer = tok_.get();
     d.tokenizer_config = tokenizer_config_;
     d.trace = trace_hooks_;
+    d.images = images_;
     d.render_chat = [this](const Json& ctx) -> Result<std::string> {
       if (slow_render_ms_ > 0 && ctx["messages"][0]["content"] == "slow") {
         ++slow_renders_;
@@ -273,6 +274,7 @@ class ServerTest : public ::testing::Test {
   TokenizerConfig tokenizer_config_;      // what Start gives the server (eos_token "<|endoftext|>")
   std::unique_ptr<ChatTemplate> template_;  // null: the fake renderer
   TraceHooks trace_hooks_;  // copied into ServerDeps by Start
+  std::shared_ptr<const ImageEncoder> images_;  // likewise (null: images refused)
   std::unique_ptr<FakeEngine> engine_;
   std::unique_ptr<Server> server_;
   int port_ = 0;
