@@ -5,8 +5,9 @@
 # then sends the same sequence of requests, one at a time, to the colocated server and through the
 # router: N requests whose image bytes are new each time (a cache miss: the tower runs) and N
 # whose image repeats (a hit), and N text-only ones (through the router: prefill → decode alone),
-# streamed, max_tokens 1. TTFT = until the first content or reasoning delta. Prints one JSON object
-# (machine, commit, config, medians and p90s in ms).
+# streamed, max_tokens 1. TTFT = until the first content or reasoning delta. Then the encoder's own
+# exchange (a cached image's rows sent to both instances or to one), as the router makes it. Prints
+# one JSON object (machine, commit, config, medians and p90s in ms).
 #
 #   bench/encode_role.sh [GYRE_BINARY] [MODEL_DIR] [N] > bench/results/cpu_encode_role.json
 #
@@ -41,9 +42,11 @@ wait_port router >&2
 sleep 0.3  # (the router's first poll)
 
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-python3 - "$PORT_colo" "$PORT_router" "$n" "$commit" "$src_model" "$root/tests/fixtures/images/rgb_140x112.png" <<'PY'
-import base64, http.client, json, os, platform, statistics, sys, time
+python3 - "$PORT_colo" "$PORT_router" "$n" "$commit" "$src_model" "$root/tests/fixtures/images/rgb_140x112.png" \
+  "$PORT_encode" "$PORT_prefill" "$PORT_decode" <<'PY'
+import base64, http.client, json, os, platform, random, statistics, sys, time
 colo, router, n, commit, model, png_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+encode, prefill, decode = sys.argv[7:10]
 png = open(png_path, "rb").read()
 
 def ttft(port, image):
@@ -90,6 +93,28 @@ for label, port in (("colocated", colo), ("encode_prefill_decode", router)):
     repeat = [ttft(port, png + f"{label}-0".encode())[0] for _ in range(n)]    # the first one again: a cache hit
     text = [ttft(port, None)[0] for _ in range(n)]  # no image: through the router, prefill → decode only
     out["cases"][label] = {"new_image": summary(fresh), "repeated_image": summary(repeat), "text_only": summary(text)}
+# The encoder's own exchange, as the router makes it (the rows of a cached image sent to the
+# prefill and decode instances, or to one of them): how much of the hop is the sends.
+def transfer_address(port):
+    c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)
+    c.request("GET", "/disagg/status")
+    return json.loads(c.getresponse().read())["transfer_address"]
+def encode_only(to):
+    body = {"model": "m", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is in the picture?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}]}]}
+    c = http.client.HTTPConnection("127.0.0.1", int(encode), timeout=60)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json",
+              "X-Gyre-Images-Id": str(random.randrange(1, 2**62)), "X-Gyre-Images-To": to})
+    r = c.getresponse()
+    r.read()
+    if r.status != 200:
+        raise SystemExit(f"encoder answered {r.status}")
+    return (time.perf_counter() - t0) * 1e3
+p_addr, d_addr = transfer_address(prefill), transfer_address(decode)
+out["encoder_exchange"] = {"to_prefill_and_decode": summary([encode_only(p_addr + "," + d_addr) for _ in range(n)]),
+                           "to_decode_only": summary([encode_only(d_addr) for _ in range(n)])}
 out["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
 c, e = out["cases"]["colocated"], out["cases"]["encode_prefill_decode"]
 out["ratios"] = {
