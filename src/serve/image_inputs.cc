@@ -110,6 +110,15 @@ Result<EncodedImage> EncodeImage(const ImageEncoder& enc, const std::vector<uint
   return out;
 }
 
+Result<int64_t> ImageTokenCount(const ImageEncoder& enc, const std::vector<uint8_t>& bytes, const std::string& field) {
+  auto img = DecodeImage(bytes, enc.options.limits);
+  if (!img.ok()) return FieldError(field, img.status().message());
+  auto size = PlanImageSize(img->width, img->height, enc.preprocess);
+  if (!size.ok()) return FieldError(field, size.status().message());
+  const int64_t unit = enc.preprocess.patch_size * enc.preprocess.merge_size;
+  return (size->canvas_h / unit) * (size->canvas_w / unit);
+}
+
 Result<ImagePrompt> BuildImagePrompt(const std::string& text, const std::vector<EncodedImage>& images,
                                      const VisionConfig& vc, const EncodeTextFn& encode) {
   ImagePrompt p;

@@ -63,6 +63,11 @@ struct EncodedImage {
 // same bytes were encoded before (the result is the same either way). `field` prefixes the errors.
 Result<EncodedImage> EncodeImage(const ImageEncoder& enc, const std::vector<uint8_t>& bytes, const std::string& field);
 
+// The number of LLM image tokens an image takes, as EncodeImage would give it, without running the
+// tower or resampling: the image is decoded (so the same errors and limits apply) and the size rule
+// gives its grid. For /tokenize. `field` prefixes the errors.
+Result<int64_t> ImageTokenCount(const ImageEncoder& enc, const std::vector<uint8_t>& bytes, const std::string& field);
+
 struct ImagePrompt {
   std::vector<int32_t> ids;
   std::shared_ptr<PromptEmbeds> embeds;

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include "serve/openai_protocol.h"
 
 namespace gyre::serve {
@@ -66,6 +70,35 @@ TEST(ImageInputs, PlaceholderExpansionAndPositions) {
   EXPECT_EQ(p->embeds->rows, (std::vector<float>{1, 2, 3, 4, 5, 6}));
   auto dropped = BuildImagePrompt("ab" + s, imgs, vc, enc);  // the template lost an image
   EXPECT_FALSE(dropped.ok());
+}
+
+// /tokenize counts an image's tokens without the tower: the count must be the one preprocessing
+// gives, on every test image (tiny, wide, over the budget, grey, palette, JPEG).
+TEST(ImageInputs, TokenCountEqualsPreprocessing) {
+  const std::string root = GYRE_SOURCE_DIR;
+  auto enc = LoadImageEncoder(root + "/tests/fixtures/glm5_tiny", {});
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  int64_t checked = 0;
+  for (const std::string dir : {root + "/tests/fixtures/images", root + "/tests/fixtures/images/golden"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".png" && ext != ".jpg") continue;
+      std::ifstream f(entry.path(), std::ios::binary);
+      const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(f), {}};
+      auto n = ImageTokenCount(**enc, bytes, "f");
+      auto img = DecodeImage(bytes, (*enc)->options.limits);
+      ASSERT_EQ(n.ok(), img.ok()) << entry.path();
+      if (!n.ok()) continue;
+      auto pre = PreprocessImage(*img, (*enc)->preprocess);
+      ASSERT_TRUE(pre.ok()) << entry.path();
+      EXPECT_EQ(*n, pre->num_tokens) << entry.path();
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 14);
+  auto bad = ImageTokenCount(**enc, std::vector<uint8_t>{0x89, 'P', 'N', 'G'}, "messages[0].content[0].image_url");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("'messages[0].content[0].image_url'", 0), 0u) << bad.status().message();
 }
 
 }  // namespace

@@ -371,9 +371,35 @@ Status NoImages(const ChatRequest& r, const char* where) {
 }  // namespace
 
 Result<std::vector<int32_t>> OpenAiServing::ChatPromptIds(const ChatRequest& r) const {
-  GYRE_RETURN_IF_ERROR(NoImages(r, "/tokenize"));
   GYRE_ASSIGN_OR_RETURN(std::string text, ChatPromptText(r));
-  return TextPromptIds(text, r.gen.add_special_tokens, "messages");
+  if (r.images.empty()) return TextPromptIds(text, r.gen.add_special_tokens, "messages");
+  // The ids a chat request with these images would run: each image's placeholder expanded to its
+  // token count (the tower does not run).
+  GYRE_RETURN_IF_ERROR(CheckImagesAccepted(r));
+  const ImageEncoder& enc = *cfg_.images;
+  std::vector<EncodedImage> counted;
+  for (const ImageInput& in : r.images) {
+    GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, LoadImageUrl(in.url, in.field, enc.options));
+    GYRE_ASSIGN_OR_RETURN(const int64_t n, ImageTokenCount(enc, bytes, in.field));
+    counted.push_back(EncodedImage{n, {}});
+  }
+  const bool bos = r.gen.add_special_tokens;
+  GYRE_ASSIGN_OR_RETURN(ImagePrompt p, BuildImagePrompt(text, counted, enc.config, [&](const std::string& seg, bool first) {
+    return EncodeText(seg, first && bos, "messages");
+  }));
+  return std::move(p.ids);
+}
+
+Status OpenAiServing::CheckImagesAccepted(const ChatRequest& r) const {
+  if (!cfg_.images) {
+    return FieldError(r.images[0].field, "this server does not accept images: " +
+                                             (cfg_.images_refused_reason.empty() ? std::string("no vision tower")
+                                                                                 : cfg_.images_refused_reason));
+  }
+  const int64_t max_images = cfg_.images->options.max_images;
+  if (static_cast<int64_t>(r.images.size()) > max_images)
+    return FieldError(r.images[max_images].field, "at most " + std::to_string(max_images) + " images per request");
+  return Status::Ok();
 }
 
 Result<std::string> OpenAiServing::ChatPromptText(const ChatRequest& r) const {
@@ -418,15 +444,8 @@ Status CheckForcedToolMarkup(const ChatRequest& r, const ChatParseOptions& parse
 
 Result<ImagePrompt> OpenAiServing::ChatImagePrompt(const ChatRequest& r, const std::string& text,
                                                    const DisaggTicket* ticket) const {
-  if (!cfg_.images) {
-    return FieldError(r.images[0].field, "this server does not accept images: " +
-                                             (cfg_.images_refused_reason.empty() ? std::string("no vision tower")
-                                                                                 : cfg_.images_refused_reason));
-  }
+  GYRE_RETURN_IF_ERROR(CheckImagesAccepted(r));
   const ImageEncoder& enc = *cfg_.images;
-  if (static_cast<int64_t>(r.images.size()) > enc.options.max_images)
-    return FieldError(r.images[enc.options.max_images].field,
-                      "at most " + std::to_string(enc.options.max_images) + " images per request");
   std::vector<std::vector<uint8_t>> bytes;
   for (const ImageInput& in : r.images) {
     GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> b, LoadImageUrl(in.url, in.field, enc.options));

@@ -138,7 +138,8 @@ class OpenAiServing {
   void Submit(Prepared request, std::shared_ptr<HttpExchange> ex, Clock::time_point arrival,
               std::shared_ptr<RequestRecord> record = nullptr) const;
 
-  // The prompt ids of a chat request (template + tokenizer). Errors: InvalidArgument.
+  // The prompt ids of a chat request (template + tokenizer; image placeholders expanded to their
+  // token counts, the tower not run). Errors: InvalidArgument.
   Result<std::vector<int32_t>> ChatPromptIds(const ChatRequest& r) const;
   // The prompt text of a chat request (the template rendered, cut for continue_final_message).
   Result<std::string> ChatPromptText(const ChatRequest& r) const;
@@ -163,6 +164,8 @@ class OpenAiServing {
   Status CheckModel(const std::string& model) const;
   // Validates the model name and the context length and fills the engine parameters.
   // A chat prompt with images (r.images non-empty): fetched, encoded, expanded (image_inputs.h).
+  // InvalidArgument naming the image field when this server takes no images or too many are sent.
+  Status CheckImagesAccepted(const ChatRequest& r) const;
   // With a ticket: sent to an encoder's targets, or taken from an encoder (Prepare).
   Result<ImagePrompt> ChatImagePrompt(const ChatRequest& r, const std::string& text, const DisaggTicket* ticket) const;
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;

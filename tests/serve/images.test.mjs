@@ -120,6 +120,24 @@ test('a repeated image is encoded once (the embedding cache) and answers the sam
   assert.equal(b.usage.prompt_tokens, a.usage.prompt_tokens);
 });
 
+test('/tokenize counts the image tokens a chat request would use', async () => {
+  const messages = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: dataUrl('image/jpeg', jpg) } },
+    { type: 'text', text: 'and' }, { type: 'image_url', image_url: { url: dataUrl('image/png', png) } }] }];
+  const tokenize = async (msgs) => {
+    const r = await fetch(`${URL_VISION}/tokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: msgs }) });
+    return { status: r.status, body: await r.json() };
+  };
+  const t = await tokenize(messages);
+  assert.equal(t.status, 200, JSON.stringify(t.body));
+  const answer = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 1, temperature: 0 });
+  assert.equal(t.body.count, answer.usage.prompt_tokens);
+  assert.equal(t.body.tokens.filter((id) => id === 1010).length, 2 * 20);  // image_token_id, 20 per image
+  const bad = await tokenize([{ role: 'user', content: [{ type: 'image_url', image_url: { url: dataUrl('image/png', png.subarray(0, 200)) } }] }]);
+  assert.equal(bad.status, 400);
+  assert.equal(bad.body.error.param, 'messages[0].content[0].image_url');
+});
+
 test('a corrupt image gets a 400 naming the field', async () => {
   const bad = Buffer.from(png.subarray(0, 200));
   const e = await expectApiError(400, () => chat([{ type: 'text', text: 'hi' },
