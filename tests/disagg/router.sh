@@ -10,8 +10,8 @@
 # router without an encode instance (400, saying one is needed); through a router with one
 # (`gyre serve --role encode`, `gyre router --encode`) image requests give the colocated server's
 # outputs byte for byte (one and two images, plain and streamed, a repeated image served from the
-# encoder's embedding cache), a corrupt image is the encoder's 400, and the image rows are counted
-# on all three instances. Usage: router.sh GYRE_BINARY MODEL_DIR
+# encoder's embedding cache), a corrupt image is the encoder's 400, the image rows are counted on
+# all three instances, and a failed image send is retried with another decode instance. Usage: router.sh GYRE_BINARY MODEL_DIR
 # GYRE_SERVE_EXTRA (optional, word-split) is added to every `gyre serve`: with "--backend cuda ..."
 # the same checks run on GPU instances (scripts/gpu_check.sh step `disagg`), except the image ones
 # (the vision tower runs on the cpu backend only).
@@ -341,6 +341,25 @@ status, raw = http(nport, "/v1/completions", body)
 check(status == 503 and "transfer" in raw, f"without retries the failed handoff is the answer: {status} {raw}")
 no_retry.terminate()
 no_retry.wait(10)
+# The same with an image request through an encoder: its send to the fake's transfer address fails,
+# it answers 503, and the router tries the real decode instance (the rows are encoded and sent
+# again, under a fresh id): the colocated output, one retry, one failed image send.
+if not cuda:
+    e_before = json.loads(http(encode, "/disagg/status")[1])
+    iproc, iport = spawn_router("a router with an encoder and a fake decode instance", "--prefill",
+                                f"http://127.0.0.1:{prefill}", "--decode", f"http://127.0.0.1:{fake.server_port}",
+                                "--decode", f"http://127.0.0.1:{decode}", "--encode", f"http://127.0.0.1:{encode}",
+                                "--poll-ms", "100")
+    ibody = {**image_chat, "max_tokens": 5}
+    w, g = generate(colo, "/v1/chat/completions", ibody), generate(iport, "/v1/chat/completions", ibody)
+    check(isinstance(w, tuple) and g == w, f"an image request retried after a failed image send: {w!r} vs {g!r}")
+    ist = json.loads(http(iport, "/disagg/status")[1])
+    e_after = json.loads(http(encode, "/disagg/status")[1])
+    check(ist["handoff_retries"] == 1 and ist["image_requests"] == 1, f"the router retried the image request once: {ist}")
+    check(e_after["image_transfer_failures"] - e_before["image_transfer_failures"] == 1,
+          f"the encoder counted its failed send: {e_before} -> {e_after}")
+    iproc.terminate()
+    iproc.wait(10)
 fake.shutdown()
 # A prefill instance that was healthy at the router's last poll and is gone when a request comes
 # (nobody listens on its port any more): the request goes to the other prefill instance.
