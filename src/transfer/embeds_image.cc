@@ -46,7 +46,8 @@ Result<SequenceImage> PackEmbeds(const EmbedsBatch& batch, int64_t rows_per_piec
   for (size_t i = 0; i < batch.images.size(); ++i) {
     const ImageRowsOf& im = batch.images[i];
     if (im.num_tokens < 1 || im.num_tokens > kMaxRows ||
-        static_cast<int64_t>(im.rows.size()) != im.num_tokens * batch.width)
+        static_cast<int64_t>(im.rows.size()) / batch.width != im.num_tokens ||
+        static_cast<int64_t>(im.rows.size()) % batch.width != 0)
       return Status::InvalidArgument("image " + std::to_string(i) + ": " + std::to_string(im.rows.size()) +
                                      " values for " + std::to_string(im.num_tokens) + " tokens of width " +
                                      std::to_string(batch.width));
@@ -96,8 +97,11 @@ Result<EmbedsBatch> UnpackEmbeds(const SequenceImage& image, uint64_t expected_t
       !Get(image.state, at, &n))
     return Bad("header too short");
   if (magic != kMagic || version != kVersion) return Bad("header magic or version unknown");
-  if (b.width < 1 || n < 1 || n > kMaxImages) return Bad("header width or image count out of range");
-  if (f.page_tokens < 1 || f.bytes_per_page != f.page_tokens * b.width * static_cast<int64_t>(sizeof(float)))
+  if (n < 1 || n > kMaxImages) return Bad("header image count out of range");
+  // (Divisions first: a width from the header must not overflow the product.)
+  const int64_t row_floats = f.page_tokens >= 1 ? f.bytes_per_page / static_cast<int64_t>(sizeof(float)) / f.page_tokens : 0;
+  if (b.width < 1 || b.width != row_floats ||
+      f.bytes_per_page != f.page_tokens * b.width * static_cast<int64_t>(sizeof(float)))
     return Bad("piece size disagrees with the width");
   if (static_cast<int64_t>(image.state.size()) != kHeadBytes + kPerImageBytes * n)
     return Bad("header size disagrees with its image count");
