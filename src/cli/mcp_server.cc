@@ -193,6 +193,20 @@ std::vector<McpTool> GyreMcpTools() {
                 Num("tol", "--tol", "rel-L2 tolerance")}});
   t.push_back({"inspect", "Inspect a model", "The architecture of a model folder.", {"inspect", "--json"},
                {Str("model", "--model", "model folder", true)}});
+  t.push_back({"plan", "Plan GPU memory",
+               "Per-GPU memory plan of a model on N GPUs under a TP / EP / PP / CP layout: weights by component, "
+               "DSA cache, KDA state, activations, reserve, headroom, the sequences that fit; an impossible plan is "
+               "an error with the reason. With project: decode / prefill tokens/s projected from one-GPU op costs.",
+               {"plan", "--json"},
+               {Str("config", "--config", "config.json of the model (HF form)"), Str("model", "--model", "model folder"),
+                {"gpus", "integer", "number of GPUs", "--gpus", true, {}, false}, Str("gpu_memory", "--gpu-memory", "memory of one GPU, e.g. 141G"),
+                Int("tp", "--tp", "tensor parallel ranks"), Int("ep", "--ep", "expert parallel ranks"),
+                Int("pp", "--pp", "pipeline stages"), Int("cp", "--cp", "context parallel ranks"),
+                Enum("weights", "--weights", "weight storage", {"bf16", "fp8", "int8"}),
+                Enum("kv_cache_dtype", "--kv-cache-dtype", "DSA/MLA cache storage", {"bf16", "fp8", "int8", "fp32"}),
+                Int("max_num_seqs", "--max-num-seqs", "concurrent sequences"),
+                Int("max_model_len", "--max-model-len", "longest request in tokens"),
+                Str("project", "--project", "a gyre bench model --backend cuda JSON to project tokens/s from")}});
   return t;
 }
 

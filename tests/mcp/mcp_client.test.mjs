@@ -29,7 +29,7 @@ test('the handshake names the server and the tools carry JSON schemas', async ()
   const names = tools.map((t) => t.name);
   for (const n of ['verify_ops', 'verify_parallel', 'verify_trace', 'bench_model', 'generate_trace', 'trace_serve_window',
                    'analyze', 'advise',
-                   'skeletons', 'gate', 'compare', 'diff', 'inspect'])
+                   'skeletons', 'gate', 'compare', 'diff', 'inspect', 'plan'])
     assert.ok(names.includes(n), `missing tool ${n}`);
   for (const t of tools) {
     assert.equal(t.inputSchema.type, 'object', t.name);
@@ -57,6 +57,21 @@ test('bad arguments are protocol errors naming the argument, and the server live
                        (e) => e instanceof McpError && /frobnicate/.test(e.message));
   await assert.rejects(client.callTool({ name: 'no_such_tool', arguments: {} }), (e) => e instanceof McpError);
   await client.ping();
+});
+
+test('plan: a layout that fits, one that does not (isError with the reason), and gpus required', async () => {
+  const config = 'bench/configs/glm5_next_fulldepth_32experts.json';
+  const ok = await client.callTool({ name: 'plan', arguments: { config, gpus: 2, gpu_memory: '141G', tp: 2, weights: 'fp8' } });
+  assert.equal(ok.isError, false, ok.content[0].text);
+  assert.equal(ok.structuredContent.fits, true);
+  assert.equal(ok.structuredContent.tp, 2);
+  assert.equal(ok.structuredContent.weights_dtype, 'fp8');
+  assert.ok(ok.structuredContent.stages[0].weights.total > 0);
+  const no = await client.callTool({ name: 'plan', arguments: { config, gpus: 1, gpu_memory: '1G' } });
+  assert.equal(no.isError, true);
+  assert.match(no.content[0].text, /shard further/);
+  await assert.rejects(client.callTool({ name: 'plan', arguments: { config } }),
+                       (e) => e instanceof McpError && e.code === -32602 && /gpus/.test(e.message));
 });
 
 test('a failing command is a tool result with isError and its message', async () => {
