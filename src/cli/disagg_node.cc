@@ -271,7 +271,9 @@ Result<std::vector<serve::EncodedImage>> DisaggNode::TakeImages(uint64_t id, con
     return s;
   };
   auto taken = TakeVerified(id, "image-row");
-  if (!taken.ok()) return fail(taken.status());
+  // Rows that did not come are an unavailable encoder side (503: the router tries again), not a
+  // missing resource of the client's.
+  if (!taken.ok()) return fail(Status::Unavailable(taken.status().message()));
   auto batch = transfer::UnpackEmbeds(*taken, opts_.tower_fingerprint);
   if (!batch.ok()) return fail(batch.status());
   if (batch->images.size() != bytes.size())

@@ -67,7 +67,7 @@ class DisaggHandler {
                             const std::vector<std::vector<uint8_t>>& bytes,
                             const std::vector<EncodedImage>& images) = 0;
   // A target of an encoder: the rows sent as `id`, checked against the request's own images
-  // (`bytes`: their count and each image's XXH64). NotFound when nothing arrived in time;
+  // (`bytes`: their count and each image's XXH64). Unavailable when nothing arrived in time;
   // InvalidArgument when the rows are not those images' (or another tower's).
   virtual Result<std::vector<EncodedImage>> TakeImages(uint64_t id, const std::vector<std::vector<uint8_t>>& bytes) = 0;
   // Fields for GET /disagg/status (role, transfer counts, bytes held).

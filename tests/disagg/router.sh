@@ -248,6 +248,15 @@ if not cuda:
     # The instances refuse the encoder's headers where they do not belong.
     status, raw = http(decode, "/v1/chat/completions", image_chat, {"X-Gyre-Images-Id": "5", "X-Gyre-Images-To": "127.0.0.1:1"})
     check(status >= 400 and "encode instance" in raw, f"X-Gyre-Images-To on a decode instance: {status} {raw[:200]}")
+    # Image rows that never arrive: the prefill instance answers 503 after its wait (the router would
+    # try again), naming them, and counts the failure.
+    d_addr = json.loads(http(decode, "/disagg/status")[1])["transfer_address"]
+    p_before = json.loads(http(prefill, "/disagg/status")[1])["image_transfer_failures"]
+    status, raw = http(prefill, "/v1/chat/completions", image_chat,
+                       {"X-Gyre-Transfer-Id": "77", "X-Gyre-Transfer-To": d_addr, "X-Gyre-Images-Id": "999"})
+    check(status == 503 and "image-row transfer 999" in raw, f"image rows that never came: {status} {raw[:300]}")
+    check(json.loads(http(prefill, "/disagg/status")[1])["image_transfer_failures"] == p_before + 1,
+          "the prefill instance counted the missing rows")
     eproc.terminate()
     eproc.wait(10)
 
