@@ -308,6 +308,11 @@ int RunServe(ServeArgs a) {
     return Fail(Status::Unimplemented("--role " + a.role + " with --tensor-parallel-size: the TP runner does not "
                                       "export or import sequence caches yet (docs/parallel.md)"));
   if (a.random_weights && !random) return Fail(Status::InvalidArgument("--random-weights needs --config FILE"));
+  // An encode instance runs the vision tower (cpu) and loads no language model.
+  const bool encode_only = a.role == "encode";
+  if (encode_only && (cuda || random))
+    return Fail(Status::Unimplemented("--role encode runs the vision tower on the cpu backend (docs/vision.md): "
+                                      "drop --backend cuda and --config"));
   std::unique_ptr<Model> model;   // the CPU model (cpu backend; host weights for --backend cuda --model)
   ModelConfig config;
   std::string tok_path = a.model;
@@ -320,6 +325,11 @@ int RunServe(ServeArgs a) {
     config = *c;
     tok_path = a.tokenizer.empty() ? "tests/fixtures/tokenizer/tokenizer.json" : a.tokenizer;
     model_name = BaseName(a.config);
+  } else if (encode_only) {  // the config alone (vocabulary, EOS ids, context length)
+    auto c = LoadModelConfig(a.model);
+    if (!c.ok()) return Fail(c.error());
+    config = *c;
+    if (!a.tokenizer.empty()) tok_path = a.tokenizer;
   } else {
     auto m = Model::Load(a.model, mo);
     if (!m.ok()) return Fail(m.error());
@@ -385,7 +395,12 @@ int RunServe(ServeArgs a) {
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
   DisaggPair disagg;                    // --role local-pair (outlives the engine)
   std::string backend_line = "cpu";
-  if (cuda) {
+  if (encode_only) {
+    engine = MakeNoGenerationEngine(config, *max_model_len > 0 ? *max_model_len : config.max_position_embeddings,
+                                    "this is an encode instance (gyre serve --role encode): it runs the vision tower "
+                                    "for the router and generates nothing; send requests to the router");
+    backend_line = "cpu vision tower only (no language model loaded)";
+  } else if (cuda) {
 #ifdef GYRE_CUDA
     CudaModelOptions co;
     co.bf16_weights = a.dtype == "bf16" || a.dtype == "bfloat16" || (a.dtype == "auto" && random);

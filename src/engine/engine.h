@@ -240,4 +240,10 @@ class Engine {
   virtual const ModelConfig& config() const = 0;
 };
 
+// The engine of an instance that does not generate (`gyre serve --role encode`: the vision tower
+// only, no language model loaded): the model's config (vocabulary, EOS ids) and the context length
+// requests are checked against, no runner and no pools. Submit refuses with InvalidArgument
+// saying `why`; Stats reports max_model_len and zeros. Thread safety: every method, any thread.
+std::unique_ptr<Engine> MakeNoGenerationEngine(ModelConfig config, int64_t max_model_len, std::string why);
+
 }  // namespace gyre

@@ -58,7 +58,7 @@ fi
 pids+=($!)
 wait_port router
 
-python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" "$media" "${GYRE_SERVE_EXTRA:-}" "$gyre" "$PORT_encode" <<'PY'
+GYRE_WORK="$work" python3 - "$PORT_colo" "$PORT_router" "$PORT_prefill" "$PORT_decode" "$PID_decode" "$media" "${GYRE_SERVE_EXTRA:-}" "$gyre" "$PORT_encode" <<'PY'
 import base64, json, os, signal, sys, threading, time, urllib.error, urllib.request
 colo, router, prefill, decode, decode_pid, media, extra, gyre, encode = sys.argv[1:10]
 cuda = "--backend cuda" in extra
@@ -214,6 +214,10 @@ if not cuda:
         return json.loads(http(encode, "/disagg/status")[1])
     e0 = enc_status()
     check(e0["role"] == "encode", f"the encode instance reports its role: {e0}")
+    banner = open(os.path.join(os.environ["GYRE_WORK"], "encode.out")).read()
+    check("no language model loaded" in banner, f"the encode instance loads no language model: {banner[:300]}")
+    status, raw = http(encode, "/v1/chat/completions", image_chat)
+    check(status == 400 and "this is an encode instance" in raw, f"a plain request to the encode instance: {status} {raw[:200]}")
     image_cases = [
         {**image_chat, "max_tokens": 6},
         {**image_chat, "max_tokens": 6},  # the same image again: the encoder's embedding cache
