@@ -79,7 +79,7 @@ TEST(ImageInputs, TokenCountEqualsPreprocessing) {
   auto enc = LoadImageEncoder(root + "/tests/fixtures/glm5_tiny", {});
   ASSERT_TRUE(enc.ok()) << enc.status().ToString();
   int64_t checked = 0;
-  for (const std::string dir : {root + "/tests/fixtures/images", root + "/tests/fixtures/images/golden"}) {
+  for (const std::string& dir : {root + "/tests/fixtures/images", root + "/tests/fixtures/images/golden"}) {
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       const std::string ext = entry.path().extension().string();
       if (ext != ".png" && ext != ".jpg") continue;
