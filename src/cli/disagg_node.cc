@@ -324,8 +324,6 @@ void DisaggNode::AcceptLoop() {
 }
 
 Result<transfer::SequenceImage> DisaggNode::Take(uint64_t transfer_id) {
-  if (opts_.role != DisaggRole::kDecode)
-    return Status::InvalidArgument("this is not a decode instance: a request with X-Gyre-Transfer-Id alone is for decode instances");
   auto im = TakeVerified(transfer_id, "cache");
   if (!im.ok()) {
     ++failed_;

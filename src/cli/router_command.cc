@@ -150,7 +150,6 @@ struct Instance {
   std::string url;
   serve::Endpoint ep;
   Role role = Role::kDecode;
-  bool prefill = false;  // role == kPrefill
   // Guarded by Router::mu_.
   bool healthy = false;
   std::string why;  // when not healthy
@@ -176,7 +175,6 @@ class Router {
         in->url = u;
         in->ep = *ep;
         in->role = role;
-        in->prefill = role == Role::kPrefill;
         instances_.push_back(std::move(in));
       }
     }
@@ -273,7 +271,7 @@ class Router {
              {"load", in.load},
              {"kv_pages_free", in.pages_free},
              {"routed", in.routed}};
-      if (in.prefill) e["prefix_blocks"] = affinity_.Blocks(i);
+      if (in.role == Role::kPrefill) e["prefix_blocks"] = affinity_.Blocks(i);
       list.push_back(std::move(e));
     }
     return Json{{"role", "router"},

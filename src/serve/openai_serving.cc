@@ -375,31 +375,39 @@ Result<std::vector<int32_t>> OpenAiServing::ChatPromptIds(const ChatRequest& r) 
   if (r.images.empty()) return TextPromptIds(text, r.gen.add_special_tokens, "messages");
   // The ids a chat request with these images would run: each image's placeholder expanded to its
   // token count (the tower does not run).
-  GYRE_RETURN_IF_ERROR(CheckImagesAccepted(r));
-  const ImageEncoder& enc = *cfg_.images;
+  GYRE_ASSIGN_OR_RETURN(const std::vector<std::vector<uint8_t>> bytes, ImageBytes(r));
   std::vector<EncodedImage> counted;
-  for (const ImageInput& in : r.images) {
-    GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, LoadImageUrl(in.url, in.field, enc.options));
-    GYRE_ASSIGN_OR_RETURN(const int64_t n, ImageTokenCount(enc, bytes, in.field));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    GYRE_ASSIGN_OR_RETURN(const int64_t n, ImageTokenCount(*cfg_.images, bytes[i], r.images[i].field));
     counted.push_back(EncodedImage{n, {}});
   }
-  const bool bos = r.gen.add_special_tokens;
-  GYRE_ASSIGN_OR_RETURN(ImagePrompt p, BuildImagePrompt(text, counted, enc.config, [&](const std::string& seg, bool first) {
-    return EncodeText(seg, first && bos, "messages");
-  }));
+  GYRE_ASSIGN_OR_RETURN(ImagePrompt p, ExpandImages(r, text, counted));
   return std::move(p.ids);
 }
 
-Status OpenAiServing::CheckImagesAccepted(const ChatRequest& r) const {
+Result<std::vector<std::vector<uint8_t>>> OpenAiServing::ImageBytes(const ChatRequest& r) const {
   if (!cfg_.images) {
     return FieldError(r.images[0].field, "this server does not accept images: " +
                                              (cfg_.images_refused_reason.empty() ? std::string("no vision tower")
                                                                                  : cfg_.images_refused_reason));
   }
-  const int64_t max_images = cfg_.images->options.max_images;
-  if (static_cast<int64_t>(r.images.size()) > max_images)
-    return FieldError(r.images[max_images].field, "at most " + std::to_string(max_images) + " images per request");
-  return Status::Ok();
+  const ImageInputOptions& o = cfg_.images->options;
+  if (static_cast<int64_t>(r.images.size()) > o.max_images)
+    return FieldError(r.images[o.max_images].field, "at most " + std::to_string(o.max_images) + " images per request");
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const ImageInput& in : r.images) {
+    GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> b, LoadImageUrl(in.url, in.field, o));
+    bytes.push_back(std::move(b));
+  }
+  return bytes;
+}
+
+Result<ImagePrompt> OpenAiServing::ExpandImages(const ChatRequest& r, const std::string& text,
+                                                const std::vector<EncodedImage>& images) const {
+  const bool bos = r.gen.add_special_tokens;
+  return BuildImagePrompt(text, images, cfg_.images->config, [&](const std::string& seg, bool first) {
+    return EncodeText(seg, first && bos, "messages");
+  });
 }
 
 Result<std::string> OpenAiServing::ChatPromptText(const ChatRequest& r) const {
@@ -444,13 +452,7 @@ Status CheckForcedToolMarkup(const ChatRequest& r, const ChatParseOptions& parse
 
 Result<ImagePrompt> OpenAiServing::ChatImagePrompt(const ChatRequest& r, const std::string& text,
                                                    const DisaggTicket* ticket) const {
-  GYRE_RETURN_IF_ERROR(CheckImagesAccepted(r));
-  const ImageEncoder& enc = *cfg_.images;
-  std::vector<std::vector<uint8_t>> bytes;
-  for (const ImageInput& in : r.images) {
-    GYRE_ASSIGN_OR_RETURN(std::vector<uint8_t> b, LoadImageUrl(in.url, in.field, enc.options));
-    bytes.push_back(std::move(b));
-  }
+  GYRE_ASSIGN_OR_RETURN(const std::vector<std::vector<uint8_t>> bytes, ImageBytes(r));
   const bool from_encoder = ticket && ticket->images_id != 0 && ticket->images_to.empty();
   if ((from_encoder || (ticket && !ticket->images_to.empty())) && !cfg_.disagg)
     return Status::InvalidArgument("X-Gyre-Images-Id / X-Gyre-Images-To are for disaggregated instances "
@@ -460,16 +462,13 @@ Result<ImagePrompt> OpenAiServing::ChatImagePrompt(const ChatRequest& r, const s
     GYRE_ASSIGN_OR_RETURN(encoded, cfg_.disagg->TakeImages(ticket->images_id, bytes));
   } else {
     for (size_t i = 0; i < bytes.size(); ++i) {
-      GYRE_ASSIGN_OR_RETURN(EncodedImage e, EncodeImage(enc, bytes[i], r.images[i].field));
+      GYRE_ASSIGN_OR_RETURN(EncodedImage e, EncodeImage(*cfg_.images, bytes[i], r.images[i].field));
       encoded.push_back(std::move(e));
     }
   }
   if (ticket && !ticket->images_to.empty())
     GYRE_RETURN_IF_ERROR(cfg_.disagg->SendImages(ticket->images_id, ticket->images_to, bytes, encoded));
-  const bool bos = r.gen.add_special_tokens;
-  return BuildImagePrompt(text, encoded, enc.config, [&](const std::string& seg, bool first) {
-    return EncodeText(seg, first && bos, "messages");
-  });
+  return ExpandImages(r, text, encoded);
 }
 
 Result<std::vector<int32_t>> OpenAiServing::CompletionPromptIds(const CompletionRequest& r) const {

@@ -164,8 +164,13 @@ class OpenAiServing {
   Status CheckModel(const std::string& model) const;
   // Validates the model name and the context length and fills the engine parameters.
   // A chat prompt with images (r.images non-empty): fetched, encoded, expanded (image_inputs.h).
-  // InvalidArgument naming the image field when this server takes no images or too many are sent.
-  Status CheckImagesAccepted(const ChatRequest& r) const;
+  // The bytes of r.images (non-empty), fetched by their URLs. InvalidArgument naming the image
+  // field when this server takes no images, too many are sent, or a URL is refused.
+  Result<std::vector<std::vector<uint8_t>>> ImageBytes(const ChatRequest& r) const;
+  // The prompt ids of the rendered `text` with image i's placeholder expanded to images[i]'s
+  // token count, and its rows (BuildImagePrompt with this server's tokenizer).
+  Result<ImagePrompt> ExpandImages(const ChatRequest& r, const std::string& text,
+                                   const std::vector<EncodedImage>& images) const;
   // With a ticket: sent to an encoder's targets, or taken from an encoder (Prepare).
   Result<ImagePrompt> ChatImagePrompt(const ChatRequest& r, const std::string& text, const DisaggTicket* ticket) const;
   Result<RequestParams> BuildParams(bool chat, const GenerationRequest& gen, std::vector<int32_t> prompt) const;
