@@ -353,6 +353,7 @@ __global__ void MtpCommitKernel(const MtpCommitArgs a, const float* spec_hidden,
 // to positions m0 + 1 .. (pos_shift 1): the chain's block-table row keeps the sequence's pages
 // before that position's page f and maps f onward to the chain's scratch pages, the first a
 // copy of page f's rows before the position (keys of committed tokens, or nothing when aligned).
+// chain[4c+3] == 2: an inactive row (a graph's padding piece), which drafts from nothing.
 struct MtpChainArgs {
   const int32_t* ids;       // the step's (resolved) token ids
   const int32_t* tok_pos;
@@ -376,7 +377,17 @@ struct MtpChainArgs {
 __global__ void MtpChainSetupKernel(const MtpChainArgs a) {
   const int64_t c = blockIdx.x;
   const int32_t b = a.chain[4 * c], r0 = a.chain[4 * c + 1], r1 = a.chain[4 * c + 2], spec = a.chain[4 * c + 3];
-  const int64_t t0 = a.cu[b], n = a.cu[b + 1] - t0, start = a.tok_pos[t0];
+  if (spec == 2) {  // an inactive row of a graph's padded batch: token 0, zero input, scratch pages only
+    if (threadIdx.x == 0) a.ch_ids[c] = 0;
+    for (int64_t j = threadIdx.x; j < a.steps; j += blockDim.x) a.ch_pos[j * a.num_chain + c] = static_cast<int32_t>(j);
+    for (int64_t e = threadIdx.x; e < a.d; e += blockDim.x) a.ch_hin[c * a.d + e] = 0.0f;
+    for (int64_t p = threadIdx.x; p < a.chain_width; p += blockDim.x)
+      a.ch_table[c * a.chain_width + p] =
+          static_cast<int32_t>(a.scratch_page0 + c * a.pages_per_chain + min(p, a.pages_per_chain - 1));
+    return;
+  }
+  // (a speculative piece's own tokens are its rows r0..r1; a graph pads it with more tokens)
+  const int64_t t0 = a.cu[b], n = spec ? r1 - r0 + 1 : a.cu[b + 1] - t0, start = a.tok_pos[t0];
   int64_t r = n - 1;
   int32_t y = a.next_ids[r1];
   if (spec) {
@@ -1100,9 +1111,10 @@ struct CudaModel::Impl {
   }
 
   // Decode graphs, by (batch bucket, context bucket).
-  // (batch, context, sampling, masked, verify): decode steps, and verify steps (every piece
-  // speculative, padded to spec_rows tokens; their logits rows in vlogits).
-  std::map<std::tuple<int64_t, int64_t, bool, bool, bool>, cudaGraphExec_t> graphs;
+  // (batch, context, sampling, masked, kind): decode steps (kind 0), and verify steps (every piece
+  // speculative, padded to spec_rows tokens; their logits rows in vlogits): kind 1, or 2 + k with
+  // MTP chains of k drafts.
+  std::map<std::tuple<int64_t, int64_t, bool, bool, int64_t>, cudaGraphExec_t> graphs;
   DeviceBuffer vlogits;  // [bmax · spec_rows, V], made by the first verify graph (its address is captured)
   bool graphs_broken = false;  // a capture failed once: decode steps run eagerly from then on
 
@@ -1586,7 +1598,9 @@ Status CudaModel::Impl::BuildScratch() {
     GYRE_ASSIGN_OR_RETURN(latent, AllocN<float>(N * R, sb));
     GYRE_ASSIGN_OR_RETURN(attn, AllocN<float>(N * Hh * c.v_head_dim, sb));
     cuda::MlaDims md{Hh, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, R, 1.0f};
-    GYRE_ASSIGN_OR_RETURN(mla_ws, DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, ctx_cap), 16)));
+    // (MTP chains attend over up to mtp_k keys past the longest context)
+    GYRE_ASSIGN_OR_RETURN(mla_ws,
+                          DeviceBuffer::Create(std::max<size_t>(cuda::MlaWorkspaceBytes(md, N, ctx_cap + mtp_k), 16)));
     *sb += mla_ws.bytes();
     if (any_idx) {
       cuda::IndexerDims id{Hi, di, c.index_kpool, c.index_topk, c.index_kpool_always_select_tail};
@@ -2114,7 +2128,7 @@ Status CudaModel::Impl::MtpStep(const StepDims& d) {
     kb.tok_seq = m_seq;
     kb.tok_pos = m_pos;
     kb.pos_shift = 1;
-    kb.max_context = std::max<int64_t>(1, d.max_ctx - 1);
+    kb.max_context = std::max<int64_t>(1, d.max_ctx - 1);  // (validation only: the writes are per token)
     GYRE_RETURN_IF_ERROR(cuda::CacheWriteKv(latent, R, R, kb, mtp_cache.latent, KvDtype::kF32, s()));
     if (rope > 0)
       GYRE_RETURN_IF_ERROR(cuda::CacheWriteKv(pa + L.ma_kv + R, L.ma_width, rope, kb, mtp_cache.krot, KvDtype::kF32, s()));
@@ -2182,7 +2196,6 @@ Status CudaModel::Impl::MtpStep(const StepDims& d) {
     hin = x;
     x = x == m_x ? m_x2 : m_x;
   }
-  stats.mtp_chain_steps += k;
   return Sec("end");
 }
 
@@ -2212,7 +2225,8 @@ Status CudaModel::Impl::CaptureDecode(const StepDims& d, float* logits, cudaGrap
   GYRE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
   const Status body = [&]() -> Status {
     GYRE_RETURN_IF_ERROR(RunLayers(d));
-    return Head(d, logits);
+    GYRE_RETURN_IF_ERROR(Head(d, logits));
+    return d.mtp ? MtpStep(d) : Status::Ok();
   }();
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s(), &graph);
@@ -2655,9 +2669,13 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   // real output reads them and the state is kept anyway; their rows sample greedily, unread), and
   // the batch padded to its bucket with empty pieces (slot -1).
   const int64_t vbucket = std::min<int64_t>(NextPow2(static_cast<int64_t>(batch.size())), m.bmax);
+  // With MTP: every piece drafts the same k > 0 after its sample (the chains fill the bucket, the
+  // padding pieces' rows inactive), or none runs the MTP layer.
   bool vgraph = m.opts.decode_graphs && !m.graphs_broken && m.spec_rows > 0 && vbucket * m.spec_rows <= m.nmax;
+  const int32_t vmtp = m.mtp_k > 0 && !batch.empty() ? batch[0].mtp : -1;
   for (const StepPiece& in : batch)
-    vgraph = vgraph && in.speculative && !(m.mtp_k > 0 && in.mtp >= 0) && !processes(in) && in.sample.allowed.empty();
+    vgraph = vgraph && in.speculative && !processes(in) && in.sample.allowed.empty() &&
+             (m.mtp_k > 0 ? in.mtp == vmtp && (vmtp < 0 || (vmtp > 0 && in.sample.enabled)) : true);
   sg.pen_entries.clear();
   if ((counting || any_processing) && !m.pen_counts.get()) {
     // First use: zero counts (a sequence that needs them restarts its slot's anyway).
@@ -2814,6 +2832,12 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
       }
       d.cu.push_back(t);
       d.slots.push_back(-1);
+      if (d.nchain > 0) {  // an inactive chain row, so the chains keep the bucket's shape
+        int32_t* ch = hb + m.o_chain + 4 * d.nchain++;
+        ch[0] = static_cast<int32_t>(bi);
+        ch[1] = ch[2] = static_cast<int32_t>(r - 1);
+        ch[3] = 2;
+      }
     }
     d.b = d.bs = vbucket;
     d.bd = 0;
@@ -2822,8 +2846,9 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   hb[m.o_cu + d.b] = static_cast<int32_t>(t);
   d.rows = r;
   d.max_ctx = max_ctx;
-  // A chain's keys reach position max_ctx + chain_k - 1: no further than the attention workspace.
-  d.chain_k = std::min<int64_t>(d.chain_k, std::max<int64_t>(m.ctx_cap - max_ctx + 1, 0));
+  if (vgraph) d.max_ctx = ctx_bucket;  // a graph's shapes follow the context bucket, not this step
+  // A chain attends over up to max_ctx + chain_k - 1 keys: the attention workspace holds
+  // ctx_cap + mtp_k (BuildScratch), and max_ctx <= ctx_cap.
   // Decode-only steps replay a CUDA graph of the bucket's size; padding rows are skipped by every
   // sequence-wise kernel (negative sequence and slot) and computed but ignored by token-wise ones.
   const bool use_graph =
@@ -2922,7 +2947,8 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   const float* dev_logits = use_graph ? graph_logits : m.logits_buf.get<float>();
   auto run = [&]() -> Status {
     if (use_graph) {
-      const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling, d.masked, vgraph);
+      const int64_t kind = !vgraph ? 0 : (d.mtp ? 2 + d.chain_k : 1);
+      const auto key = std::make_tuple(d.b, ctx_bucket, d.sampling, d.masked, kind);
       auto it = m.graphs.find(key);
       if (it == m.graphs.end()) {
         cudaGraphExec_t exec = nullptr;
@@ -2938,9 +2964,11 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
       GYRE_RETURN_IF_ERROR(m.Head(d, m.logits_buf.get<float>()));
       if (d.mtp) GYRE_RETURN_IF_ERROR(m.MtpStep(d));
     }
-    if (d.nchain > 0 && d.chain_k > 0)
+    if (d.nchain > 0 && d.chain_k > 0) {
       GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.drafts, m.ch_drafts, d.nchain * d.chain_k * 4,
                                                 cudaMemcpyDeviceToHost, m.s()));
+      m.stats.mtp_chain_steps += d.chain_k;
+    }
     if (sg.want_logprobs) {
       GYRE_RETURN_IF_ERROR(cuda::RowLogProbs(dev_logits, d.rows, V, m.next_ids, m.row_logprob, m.s()));
       GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sg.lps, m.row_logprob, d.rows * 4, cudaMemcpyDeviceToHost, m.s()));

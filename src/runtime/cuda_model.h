@@ -18,7 +18,8 @@
 // for max_batch_tokens, workspaces); Step allocates only when a logits or chunk workspace must
 // grow. Decode steps of `decode_graphs` run as CUDA graphs captured per (batch bucket, context
 // bucket, sampling or greedy) on first use; so do verify steps whose pieces are all speculative
-// (no MTP, no logit processing, no mask), each piece padded to 1 + speculative_tokens tokens.
+// (no logit processing, no mask; all drafting the same k MTP tokens, or none), each piece padded to
+// 1 + speculative_tokens tokens.
 //
 // This header includes no CUDA header (plain C++), so host code compiles against it; it exists
 // only in GYRE_CUDA builds.
@@ -111,8 +112,9 @@ struct CudaModelOptions {
   // token position q >= 1 (MTP position q - 1, read through PagedBatch::pos_shift 1), and each slot
   // the pre-norm hidden state of its last token; both are in the page / slot images and the KDA
   // checkpoints, as on the CPU runner. A chain writes its keys into scratch pages past the pool
-  // (a copy of the page it starts in), never into the sequence's pages past the piece. Steps with
-  // MTP pieces run eagerly (no decode graph). Not under TP or layer split.
+  // (a copy of the page it starts in), never into the sequence's pages past the piece. Verify steps
+  // whose pieces all draft the same k replay a graph; other steps with MTP pieces run eagerly. Not
+  // under TP or layer split.
   int64_t mtp_drafts = 0;
   CudaTpOptions tp;                  // tensor parallelism (default: none)
   CudaPpOptions pp;                  // layer split (default: none); not together with tp
