@@ -12,7 +12,10 @@
 #   bench/encode_role.sh [GYRE_BINARY] [MODEL_DIR] [N] > bench/results/cpu_encode_role.json
 #
 # Default model: tests/fixtures/glm5_tiny with its image placeholder ids moved into the tiny
-# vocabulary (as tests/serve/run.sh does). CPU backend (the tower runs on the CPU).
+# vocabulary (as tests/serve/run.sh does). CPU backend (the tower runs on the CPU). GYRE_SERVE_EXTRA
+# (word-split) is added to the colocated, prefill and decode instances, e.g. "--backend cuda
+# --gpu-memory-utilization 0.05" (scripts/gpu_check.sh step `encodebench`); the encode instance
+# then runs its tower on the GPU (--vision-backend cuda), as the colocated cuda server does.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 gyre="${1:-$root/build/cpu/gyre}"
@@ -24,9 +27,13 @@ disagg_workdir
 model="$work/model"
 copy_vision_model "$src_model" "$model"
 start() {  # start NAME ARGS...
-  local name="$1"
+  local name="$1" extra="${GYRE_SERVE_EXTRA:-}"
   shift
-  "$gyre" serve --model "$model" --port 0 --served-model-name m --disable-log-requests "$@" \
+  if [[ "$name" == encode ]]; then  # (no language model: the tower on the GPU with cuda instances)
+    [[ "$extra" == *"--backend cuda"* ]] && extra="--vision-backend cuda" || extra=""
+  fi
+  # shellcheck disable=SC2086
+  "$gyre" serve --model "$model" --port 0 --served-model-name m --disable-log-requests "$@" $extra \
     >"$work/$name.out" 2>"$work/$name.err" &
   pids+=($!)
 }
@@ -43,10 +50,10 @@ sleep 0.3  # (the router's first poll)
 
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 - "$PORT_colo" "$PORT_router" "$n" "$commit" "$src_model" "$root/tests/fixtures/images/rgb_140x112.png" \
-  "$PORT_encode" "$PORT_prefill" "$PORT_decode" <<'PY'
+  "$PORT_encode" "$PORT_prefill" "$PORT_decode" "${GYRE_SERVE_EXTRA:-}" <<'PY'
 import base64, http.client, json, os, platform, random, statistics, sys, time
 colo, router, n, commit, model, png_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
-encode, prefill, decode = sys.argv[7:10]
+encode, prefill, decode, extra = sys.argv[7:11]
 png = open(png_path, "rb").read()
 
 def ttft(port, image):
@@ -83,7 +90,9 @@ out = {"benchmark": "encode_role_ttft", "commit": commit, "model": os.path.basen
        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                    "system": platform.platform()},
        "config": {"requests_per_case": n, "max_tokens": 1, "stream": True, "image": "rgb_140x112.png (20 image tokens)",
-                  "backend": "cpu", "one request at a time": True},
+                  "backend": "cuda" if "--backend cuda" in extra else "cpu",
+                  "instance_flags": extra, "vision_tower": "cuda" if "--backend cuda" in extra else "cpu",
+                  "one request at a time": True},
        "cases": {}}
 # Warm-up: one of each path.
 ttft(colo, png + b"warm-c")

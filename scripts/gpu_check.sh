@@ -30,6 +30,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   [[ -x "$BUILD/test_transfer" ]] && bins+=(test_transfer)
   [[ -x "$BUILD/test_quant_gpu" ]] && bins+=(test_quant_gpu)
   [[ -x "$BUILD/test_kv_cache_gpu" ]] && bins+=(test_kv_cache_gpu)
+  [[ -x "$BUILD/test_vision_gpu" ]] && bins+=(test_vision_gpu)
   [[ -x "$BUILD/test_device_comm" ]] && bins+=(test_device_comm)
   for f in "$BUILD"/gyre_*_bench; do [[ -x "$f" ]] && bins+=("$(basename "$f")"); done
   for b in "${bins[@]}"; do
@@ -61,10 +62,10 @@ COMMIT=$(cat "$PACK/COMMIT" 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/
 echo "== gyre GPU check, commit $COMMIT, $(date -u +%FT%TZ)"
 # Steps to run (comma list): verify (ops), model (fixture parity), length (gyre verify length on glm5_mini, dsa.select at
 # 1M context), longctx (opt-in, not in the default: verify length at 1M tokens, ~2 min), longserve (opt-in: a 1M-token
-# request through gyre serve on the full-depth model, H200), tp (tensor parallelism on one GPU), disagg (router over cuda instances), dgate (issue 12's prefill-throughput gate on cuda: bench/gates/gpu_disagg_prefill.json), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
+# request through gyre serve on the full-depth model, H200), tp (tensor parallelism on one GPU), vision (test_vision_gpu + gyre_vision_bench), disagg (router over cuda instances, images through an encode instance with the tower on cuda), encodebench (bench/encode_role.sh: image TTFT colocated vs encode-prefill-decode over cuda instances), dgate (issue 12's prefill-throughput gate on cuda: bench/gates/gpu_disagg_prefill.json), quant (W8A8: tools/gpu/quant_check.sh), kvcache (KV cache dtypes: test_kv_cache_gpu + bench model per dtype), eval, trace (CUPTI device timeline), kda (gyre_cuda_bench), mla, moe,
 # sampling (their microbenchmarks), sanitizer, modelbench (4-layer random bf16 glm5_next), hf (transformers on
 # the same config). Default: all. E.g. GYRE_CHECK_STEPS=verify,model,sanitizer for correctness only.
-STEPS=${GYRE_CHECK_STEPS:-verify,model,length,quant,kvcache,eval,trace,engine,devcomm,tp,disagg,dgate,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
+STEPS=${GYRE_CHECK_STEPS:-verify,model,length,quant,kvcache,eval,trace,vision,engine,devcomm,tp,disagg,encodebench,dgate,serve,kda,mla,moe,sampling,sanitizer,modelbench,servebench,prefixbench,hf}
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # cuBLASLt comes from the machine's CUDA install (or the pip wheel PyTorch uses).
@@ -296,6 +297,24 @@ if has_step kvcache; then
     echo "== no packed test_kv_cache_gpu / gyre: kvcache step skipped"; status=1
   fi
 fi
+# ---- the vision tower on the GPU (issue 17): parity tests, then its benchmark ----
+if has_step vision; then
+  if [[ -x "$PACK/test_vision_gpu" ]]; then
+    echo "== test_vision_gpu (goldens, the CPU tower, refusals)"
+    timeout 300 "$PACK/test_vision_gpu" --gtest_output="json:$OUT/gpu_vision_tests.json" > "$OUT/gpu_vision_tests.log" 2>&1
+    rc=$?
+    grep -E '^\[(cuda vision|  PASSED|  FAILED)' "$OUT/gpu_vision_tests.log" | head -20
+    [[ $rc -ne 0 ]] && { echo "  FAIL test_vision_gpu: exit $rc"; status=1; }
+  else
+    echo "== no packed test_vision_gpu"; status=1
+  fi
+  if [[ -x "$PACK/gyre_vision_bench" ]]; then
+    echo "== gyre_vision_bench"
+    timeout 300 "$PACK/gyre_vision_bench" --out "$OUT/gpu_vision_bench.json" --commit "$COMMIT" ${GYRE_VISION_BENCH_ARGS:-} \
+      2> "$OUT/gpu_vision_bench.log" || { echo "  FAIL gyre_vision_bench"; tail -3 "$OUT/gpu_vision_bench.log"; status=1; }
+    cat "$OUT/gpu_vision_bench.log" | tail -6
+  fi
+fi
 if has_step engine; then
   if [[ -x "$PACK/test_engine" ]]; then
     echo "== test_engine on the CUDA runner"
@@ -380,6 +399,16 @@ if [[ -n "$GYRE" ]] && has_step disagg; then
   tail -3 "$OUT/gpu_disagg_router.log"
   [[ $rc -ne 0 ]] && { echo "  FAIL disagg router on cuda: exit $rc"; status=1; }
 fi
+# ---- issue 17's benchmark on the GPU: image TTFT, colocated vs through the encode role ----
+if [[ -n "$GYRE" ]] && has_step encodebench; then
+  echo "== bench/encode_role.sh with --backend cuda instances (the encoder's tower on cuda)"
+  GYRE_SERVE_EXTRA="--backend cuda --gpu-memory-utilization 0.05" timeout 300 bench/encode_role.sh "$GYRE" \
+    tests/fixtures/glm5_tiny 20 > "$OUT/gpu_encode_role.json" 2> "$OUT/gpu_encode_role.log"
+  rc=$?
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  TTFT medians ms', {k: {c: v[c]['median_ms'] for c in v} for k, v in r['cases'].items()})" \
+    "$OUT/gpu_encode_role.json" || tail -5 "$OUT/gpu_encode_role.log"
+  [[ $rc -ne 0 ]] && { echo "  FAIL encode-role bench on cuda: exit $rc"; status=1; }
+fi
 # ---- issue 12's gate on the GPU: prefill throughput with the cache transfer on vs off ----
 if [[ -n "$GYRE" ]] && has_step dgate; then
   echo "== gyre gate bench/gates/gpu_disagg_prefill.json (glm5_mini on cuda)"
@@ -415,25 +444,26 @@ if [[ -n "$GYRE" && -n "$SAN" ]] && has_step sanitizer; then
     echo "   $tool: rc $rc; $summary"
     [[ $rc -eq 9 || $rc -ge 124 || -z "$summary" ]] && status=1
   done
-  # The CUDA model's speculative path (ring stash, ragged recurrent kernel, batched folds) under
-  # memcheck: the runner-level ReplaySSM test on the small fixtures.
-  if [[ -x "$PACK/test_engine" ]]; then
-    echo "-- memcheck test_engine ReplaySSM" >> "$OUT/gpu_sanitizer.log"
-    timeout ${GYRE_SANITIZER_TIMEOUT:-120} "$SAN" --tool memcheck --error-exitcode 9 "$PACK/test_engine" \
-      --gtest_filter='*CommitEqualsPlainRecurrence*tiny_cuda*' >> "$OUT/gpu_sanitizer.log" 2>&1
-    rc=$?
+  # memcheck_gtest LABEL BINARY FILTER: one gtest binary's filtered tests under memcheck.
+  memcheck_gtest() {
+    [[ -x "$2" ]] || { echo "   no packed $(basename "$2"): memcheck ($1) skipped"; status=1; return; }
+    echo "-- memcheck $1" >> "$OUT/gpu_sanitizer.log"
+    timeout ${GYRE_SANITIZER_TIMEOUT:-120} "$SAN" --tool memcheck --error-exitcode 9 "$2" --gtest_filter="$3" \
+      >> "$OUT/gpu_sanitizer.log" 2>&1
+    local rc=$? summary
     summary=$(grep -E 'ERROR SUMMARY' "$OUT/gpu_sanitizer.log" | tail -1)
-    echo "   memcheck (test_engine ReplaySSM): rc $rc; $summary"
+    echo "   memcheck ($1): rc $rc; $summary"
     [[ $rc -ne 0 || -z "$summary" ]] && status=1
-    # MTP drafts: key rows through pos_shift, the chain's scratch pages and setup, commits.
-    echo "-- memcheck test_engine MTP drafts" >> "$OUT/gpu_sanitizer.log"
-    timeout ${GYRE_SANITIZER_TIMEOUT:-120} "$SAN" --tool memcheck --error-exitcode 9 "$PACK/test_engine" \
-      --gtest_filter='*DraftsMatchTheCpuRunner*cuda*' >> "$OUT/gpu_sanitizer.log" 2>&1
-    rc=$?
-    summary=$(grep -E 'ERROR SUMMARY' "$OUT/gpu_sanitizer.log" | tail -1)
-    echo "   memcheck (test_engine MTP drafts): rc $rc; $summary"
-    [[ $rc -ne 0 || -z "$summary" ]] && status=1
-  fi
+  }
+  # The CUDA model's speculative path (ring stash, ragged recurrent kernel, batched folds): the
+  # runner-level ReplaySSM test on the small fixtures.
+  memcheck_gtest "test_engine ReplaySSM" "$PACK/test_engine" '*CommitEqualsPlainRecurrence*tiny_cuda*'
+  # MTP drafts: key rows through pos_shift, the chain's scratch pages and setup, commits.
+  memcheck_gtest "test_engine MTP drafts" "$PACK/test_engine" '*DraftsMatchTheCpuRunner*cuda*'
+  # Image inputs: the prompt-embedding rows scattered over the embedding output.
+  memcheck_gtest "test_engine prompt embeddings" "$PACK/test_engine" '*PromptEmbedsOn.RunnerLogits*cuda*'
+  # The vision tower: the golden images (two segments) and the refusals.
+  memcheck_gtest "test_vision_gpu" "$PACK/test_vision_gpu" 'CudaVisionGolden.*:CudaVisionTower.Refuses*'
 fi
 # ---- 5. microbenchmarks of the MLA/DSA, MoE and sampling kernels ----
 for b in mla moe sampling; do

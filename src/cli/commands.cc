@@ -46,6 +46,7 @@
 #include "tokenizer/tokenizer.h"
 #ifdef GYRE_CUDA
 #include "runtime/cuda_model.h"
+#include "runtime/cuda_vision.h"
 #endif
 
 namespace gyre::cli {
@@ -113,9 +114,17 @@ Result<ModelOptions> ParseAct(const std::string& act) {
 }
 
 // --image: each image's placeholder block (image start, image tokens, image end) before the
-// prompt's ids, and the CPU vision tower's rows for them (docs/vision.md).
+// prompt's ids, and the vision tower's rows for them (docs/vision.md): the CPU tower, or with
+// --backend cuda the CUDA tower.
 Result<serve::ImagePrompt> ImagePromptForGenerate(const GenerateArgs& a, const std::vector<int32_t>& prompt) {
-  GYRE_ASSIGN_OR_RETURN(auto enc, serve::LoadImageEncoder(a.model, {}));
+  serve::ImageInputOptions io;
+#ifdef GYRE_CUDA
+  if (a.backend == "cuda") {
+    io.tower_backend = "cuda";
+    io.make_tower = [](const VisionConfig& c, const VisionWeights& w) { return CudaVisionTowerFn(c, w); };
+  }
+#endif
+  GYRE_ASSIGN_OR_RETURN(auto enc, serve::LoadImageEncoder(a.model, io));
   std::vector<serve::EncodedImage> encoded;
   std::string text;
   for (const std::string& path : a.images) {
@@ -161,7 +170,6 @@ int RunGenerate(const GenerateArgs& a) {
   }
   GenerateOptions go;
   if (!a.images.empty()) {
-    if (a.backend != "cpu") return Fail(Status::Unimplemented("--image needs --backend cpu (docs/vision.md)"));
     auto ip = ImagePromptForGenerate(a, prompt);
     if (!ip) return Fail(ip.error());
     prompt = std::move(ip->ids);

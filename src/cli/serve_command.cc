@@ -30,6 +30,7 @@
 #include "runtime/model_runner.h"
 #ifdef GYRE_CUDA
 #include "runtime/cuda_model.h"
+#include "runtime/cuda_vision.h"
 #ifdef GYRE_HAVE_DEVCOMM
 #include "parallel/tp_runner.h"
 #endif
@@ -78,6 +79,7 @@ struct ServeArgs {
   std::string tokenizer;          // tokenizer.json for --config (default: the bundled fixture tokenizer)
   std::string allowed_local_media_path;  // image_url file:// under this folder (docs/vision.md)
   int64_t image_cache_mb = 512;   // image embedding cache (serve/image_cache.h); 0: none
+  std::string vision_backend = "auto";  // the tower: cpu, cuda, or auto (cuda with --backend cuda)
   std::string dtype = "auto";     // cuda weights: auto (f32 for --model, bf16 for --config), f32, bf16
   double gpu_memory_utilization = 0.9;
   uint64_t seed = 0;
@@ -191,17 +193,27 @@ struct DisaggPair {
   std::unique_ptr<transfer::DisaggRunner> runner;
 };
 
-// Image inputs (docs/vision.md): the CPU vision tower of a model that has one. The cuda backend
-// and random-weight servers refuse images (with the reason in the 400).
-Status AttachImageEncoder(const std::string& model_dir, bool no_tower_backend, const std::string& media_path,
-                          int64_t cache_mb, serve::ServerDeps* deps) {
-  if (no_tower_backend) {
-    deps->images_refused_reason = "the vision tower runs on the cpu backend only (docs/vision.md)";
+// Image inputs (docs/vision.md): the vision tower of a model that has one, on the CPU or on the GPU
+// (`tower_backend` cuda: runtime/cuda_vision.h, fp32 weights on the current device). The language
+// model's backend is independent: either takes the rows. Servers of random weights (--config)
+// refuse images (with the reason in the 400).
+Status AttachImageEncoder(const std::string& model_dir, bool random_weights, const std::string& media_path,
+                          int64_t cache_mb, const std::string& tower_backend, serve::ServerDeps* deps) {
+  if (random_weights) {
+    deps->images_refused_reason = "a server of random weights (--config) has no vision tower (docs/vision.md)";
     return Status::Ok();
   }
   serve::ImageInputOptions o;
   o.allowed_local_media_path = media_path;
   o.cache_bytes = cache_mb << 20;
+  o.tower_backend = tower_backend;
+  if (tower_backend == "cuda") {
+#ifdef GYRE_CUDA
+    o.make_tower = [](const VisionConfig& c, const VisionWeights& w) { return CudaVisionTowerFn(c, w); };
+#else
+    return Status::Unimplemented("--vision-backend cuda: this gyre was built without CUDA (cmake --preset cuda)");
+#endif
+  }
   auto enc = serve::LoadImageEncoder(model_dir, o);
   if (enc.ok()) {
     deps->images = *enc;
@@ -391,6 +403,16 @@ int RunServe(ServeArgs a) {
     }
     eo.speculative = *so;
   }
+  // The vision tower first: on the GPU its weights and scratch are allocated before the CUDA model
+  // sizes its cache from the free memory.
+  serve::ServerDeps deps;
+  const std::string tower_backend = a.vision_backend == "auto" ? (cuda ? "cuda" : "cpu") : a.vision_backend;
+  if (Status s = AttachImageEncoder(a.model, random, a.allowed_local_media_path, a.image_cache_mb, tower_backend, &deps);
+      !s.ok())
+    return Fail(s);
+  if (a.role == "encode" && !deps.images)
+    return Fail(Status::InvalidArgument("--role encode needs a model with a vision tower: " +
+                                        deps.images_refused_reason));
   Result<std::unique_ptr<Engine>> engine = Status::Internal("no backend");
   std::unique_ptr<ModelRunner> runner;  // --backend cuda: the GPU model (outlives the engine)
   DisaggPair disagg;                    // --role local-pair (outlives the engine)
@@ -399,7 +421,7 @@ int RunServe(ServeArgs a) {
     engine = MakeNoGenerationEngine(config, *max_model_len > 0 ? *max_model_len : config.max_position_embeddings,
                                     "this is an encode instance (gyre serve --role encode): it runs the vision tower "
                                     "for the router and generates nothing; send requests to the router");
-    backend_line = "cpu vision tower only (no language model loaded)";
+    backend_line = tower_backend + " vision tower only (no language model loaded)";
   } else if (cuda) {
 #ifdef GYRE_CUDA
     CudaModelOptions co;
@@ -521,16 +543,6 @@ int RunServe(ServeArgs a) {
   }
   if (!engine.ok()) return Fail(engine.error());
   if (Status s = (*engine)->Start(); !s.ok()) return Fail(s);
-  serve::ServerDeps deps;
-  if (Status s = AttachImageEncoder(a.model, cuda || random, a.allowed_local_media_path, a.image_cache_mb, &deps); !s.ok()) {
-    (*engine)->Stop();
-    return Fail(s);
-  }
-  if (a.role == "encode" && !deps.images) {
-    (*engine)->Stop();
-    return Fail(Status::InvalidArgument("--role encode needs a model with a vision tower on the cpu backend: " +
-                                        deps.images_refused_reason));
-  }
   std::unique_ptr<DisaggNode> node;  // --role prefill|decode|encode (stopped before the engine)
   if (a.role == "prefill" || a.role == "decode" || a.role == "encode") {
     DisaggNodeOptions no;
@@ -609,6 +621,7 @@ int RunServe(ServeArgs a) {
   if (!a.trace.empty()) feedback::StartTrace(/*device=*/a.backend == "cuda");
   std::printf("%s\n", (*server)->Banner().c_str());
   std::printf("gyre serve: backend %s\n", backend_line.c_str());
+  if (deps.images) std::printf("gyre serve: image inputs on; the vision tower runs on %s\n", tower_backend.c_str());
   if (!tpl_origin.empty()) std::printf("gyre serve: chat template from %s\n", tpl_origin.c_str());
   std::fflush(stdout);
 
@@ -702,7 +715,7 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "`gyre router` sends, and sends each cache, DSA pages + KDA state + first token, to the decode "
                 "instance the router names; frees it when acknowledged), decode (receives caches on --transfer-port, "
                 "verifies every checksum and decodes), or local-pair (cpu: prefill and decode on two runners of this "
-                "process, the cache over TCP loopback; no prefix caching), or encode (cpu: runs the vision tower on "
+                "process, the cache over TCP loopback; no prefix caching), or encode (no language model: runs the vision tower, --vision-backend, on "
                 "the images of the requests the router sends and sends their rows to the prefill and decode "
                 "instances; docs/vision.md). docs/disaggregation.md")
       ->check(CLI::IsMember({"both", "prefill", "decode", "local-pair", "encode"}));
@@ -717,6 +730,10 @@ void AddServeCommand(CLI::App& app, std::function<int()>* runner) {
                 "MiB of image embeddings kept by content (a repeated image is encoded once; LRU); 0 turns the cache off")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
+  s->add_option("--vision-backend", args->vision_backend,
+                "where the vision tower runs: cpu, cuda (fp32 on the GPU), or auto (default: cuda with --backend cuda, "
+                "else cpu); --role encode may run it on cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   s->add_option("--backend", args->backend, "cpu (default) or cuda (the model on one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   s->add_option("--config", args->config, "cuda: config.json served with random weights built on the GPU (benchmarks)");

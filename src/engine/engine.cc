@@ -165,9 +165,9 @@ class EngineImpl final : public Engine {
     }
     if (p.max_tokens < 1) return Status::InvalidArgument("max_tokens must be >= 1");
     if (p.prompt_embeds) {
-      if (runner_.backend() != "cpu" && runner_.backend() != "disagg:cpu")
-        return Status::Unimplemented("image inputs need the cpu backend: the vision tower and prompt embeddings "
-                                     "are not built for the " + runner_.backend() + " backend");
+      if (!runner_.capacity().prompt_embeds)
+        return Status::Unimplemented("image inputs (prompt embeddings) are not built for the " + runner_.backend() +
+                                     " runner");
       const PromptEmbeds& e = *p.prompt_embeds;
       if (e.width != c.hidden_size || e.rows.size() != e.positions.size() * static_cast<size_t>(e.width) ||
           !std::is_sorted(e.positions.begin(), e.positions.end()) ||

@@ -859,6 +859,14 @@ struct VisionRopeOp : NoNote {
     ApplyVisionRope(out->data(), in.heads * in.hd, in.n, in.heads, in.hd, cos, sin);
   }
   static ref::Vec Ref(const Inputs& in) { return ref::VisionRope(in.x, in.n, in.heads, in.hd, in.pos, 10000.0); }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    std::vector<float> cos, sin;
+    VisionRopeTables(in.pos, in.hd, 10000.0f, &cos, &sin);
+    out->assign(in.n * in.heads * in.hd, kNaN);
+    return cuda::VisionRopeOnDevice(in.x.data(), in.n, in.heads, in.hd, cos.data(), sin.data(), out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     const double e = double(d.at("N")) * d.at("H") * d.at("HD");
     return {3 * e, 4 * (2 * e + 2.0 * d.at("N") * d.at("HD"))};
@@ -894,6 +902,13 @@ struct VisionAttentionOp : NoNote {
   static ref::Vec Ref(const Inputs& in) {
     return ref::VisionAttention(in.q, in.k, in.v, in.n, in.heads, in.hd, in.segments);
   }
+#ifdef GYRE_CUDA
+  static Status CudaRun(Inputs& in, std::vector<float>* out) {
+    out->assign(in.n * in.heads * in.hd, kNaN);
+    return cuda::VisionAttentionOnDevice(in.q.data(), in.k.data(), in.v.data(), in.n, in.segments, in.heads, in.hd,
+                                         out->data());
+  }
+#endif
   static Cost CostOf(const std::map<std::string, int64_t>& d) {
     // Upper bound: one segment of N rows.
     const double n = d.at("N"), e = double(d.at("H")) * d.at("HD");
@@ -976,15 +991,17 @@ std::vector<OpSpec> BuildRegistry() {
                                       S({{"T", 70}, {"E", 8}, {"K", 2}, {"D", 70}, {"I", 40}})}));
   r.push_back(MakeSpec<PenaltiesOp>("sample.penalties", "fp32-reassociation", 1e-6,
                                     {S({{"R", 1}, {"V", 1}}), S({{"R", 3}, {"V", 97}}), S({{"R", 8}, {"V", 4099}})}));
-  // Vision tower (ops/vision.h); CPU only until the CUDA tower lands (issue 17).
+  // Vision tower (ops/vision.h; on cuda ops/cuda/vision_cuda.h). The odd shapes (HD 18, 40 rows in
+  // 3 segments) are not the tower's; the last ones are GLM-5.3's head size.
   for (OpSpec vs : {MakeSpec<VisionRopeOp>("vision.rope", "fp32-reassociation", 1e-5,
                                            {S({{"N", 1}, {"H", 1}, {"HD", 8}}), S({{"N", 37}, {"H", 3}, {"HD", 16}}),
+                                            S({{"N", 21}, {"H", 5}, {"HD", 20}}),
                                             S({{"N", 128}, {"H", 16}, {"HD", 64}})}),
                     MakeSpec<VisionAttentionOp>("vision.attention", "fp32-reassociation", 1e-5,
                                                 {S({{"N", 1}, {"SEGS", 1}, {"H", 1}, {"HD", 8}}),
                                                  S({{"N", 40}, {"SEGS", 3}, {"H", 2}, {"HD", 16}}),
+                                                 S({{"N", 33}, {"SEGS", 2}, {"H", 3}, {"HD", 18}}),
                                                  S({{"N", 200}, {"SEGS", 2}, {"H", 4}, {"HD", 64}})})}) {
-    vs.backends = {Backend::kCpu};
     r.push_back(std::move(vs));
   }
   // W8A8 quantizers and GEMMs (ops/registry_quant.cc).

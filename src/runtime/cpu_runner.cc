@@ -57,6 +57,7 @@ RunnerCapacity CpuRunner::capacity() const {
   c.bytes_per_slot = kda_.bytes_per_slot() + (mtp_kf_ > 0 ? model_.config().hidden_size * 4 : 0);
   c.speculative = true;
   c.mtp_drafts = opts_.mtp_drafts;
+  c.prompt_embeds = true;
   return c;
 }
 

@@ -89,6 +89,14 @@ __global__ void ResolvePrevTokenKernel(int32_t* ids, const int32_t* tok_seq, con
   ids[t] = slot >= 0 ? last_token[slot] : 0;
 }
 
+// Prompt embeddings (StepPiece::embeds): row i of `rows` [n, D] replaces the table row of token
+// tok[i] in y [N, D].
+__global__ void ScatterEmbedRowsKernel(const int32_t* tok, const float* rows, int64_t n, int64_t D, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * D;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[static_cast<int64_t>(tok[i / D]) * D + i % D] = rows[i];
+}
+
 // ReplaySSM rings (CudaModel::CommitSpeculative): a ring row holds one token's KDA inputs, the
 // segments seg[0..2] (pre-conv u [3P], gate g [P], β [Hh]) at ring offsets off[0..2]. For sequences
 // b in [b0, b1) of (cu, slots), the flat rows cu[b] .. cu[b+1] are copied to (to_ring) or from
@@ -1047,6 +1055,9 @@ struct CudaModel::Impl {
     std::vector<float> pen_bias_values;
     std::vector<cuda::CountEntryDev> pen_entries;
     std::vector<std::pair<size_t, std::vector<float>>> top_rows;  // (piece, its last row)
+    // Prompt-embedding rows of the step (StepPiece::embeds): the token each replaces, the rows.
+    std::vector<int32_t> img_tok;
+    std::vector<float> img_rows;
   };
   Staging staging[2];
   int next_staging = 0;
@@ -1115,6 +1126,7 @@ struct CudaModel::Impl {
   // speculative, padded to spec_rows tokens; their logits rows in vlogits): kind 1, or 2 + k with
   // MTP chains of k drafts.
   std::map<std::tuple<int64_t, int64_t, bool, bool, int64_t>, cudaGraphExec_t> graphs;
+  DeviceBuffer img_tok, img_rows;  // the step's prompt-embedding rows (Staging::img_*), uploaded at launch
   DeviceBuffer vlogits;  // [bmax · spec_rows, V], made by the first verify graph (its address is captured)
   bool graphs_broken = false;  // a capture failed once: decode steps run eagerly from then on
 
@@ -1289,6 +1301,7 @@ struct CudaModel::Impl {
     int64_t max_ctx = 0;               // longest start + tokens of the step's pieces
     bool mtp = false;                  // some piece runs the MTP layer (StepPiece::mtp >= 0)
     int64_t nchain = 0, chain_k = 0;   // draft chains (blob o_chain) and the steps they run
+    int64_t img = 0;                   // prompt-embedding rows replacing table rows (img_tok / img_rows)
   };
   Status RunLayers(const StepDims& d);
   Status KdaLayer(const StepDims& d, const DLayer& L, int64_t li, const float* x, float* out);
@@ -1974,6 +1987,11 @@ Status CudaModel::Impl::RunLayers(const StepDims& d) {
                                                         last_token);
     GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     GYRE_RETURN_IF_ERROR(cuda::Embedding(dev_blob + o_ids, N, w.embed, y, s()));
+    if (d.img > 0) {  // never in a graph (Launch keeps such steps eager)
+      ScatterEmbedRowsKernel<<<GridFor(d.img * D), 256, 0, s()>>>(img_tok.get<int32_t>(), img_rows.get<float>(), d.img,
+                                                                  D, y);
+      GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
     for (int64_t st = 0; st < nS; ++st) GYRE_RETURN_IF_ERROR(Copy2D(X + st * D, nS * D, y, D, N, D));
   }
   GYRE_RETURN_IF_ERROR(mark(1));
@@ -2452,6 +2470,7 @@ RunnerCapacity CudaModel::capacity() const {
   r.max_step_pieces = m.bmax;
   r.speculative = m.spec_rows > 0;
   r.mtp_drafts = m.mtp_k;
+  r.prompt_embeds = true;
   r.bytes_per_page = m.num_pages > 0 ? m.stats.kv_bytes / m.num_pages : 0;
   r.bytes_per_slot = m.opts.max_seqs > 0 ? m.stats.state_bytes / m.opts.max_seqs : 0;
   // The KV dtype of every attention layer (0 when all are fp32, as a runner without a policy).
@@ -2600,8 +2619,20 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   const int64_t V = c.vocab_size, pt = m.opts.page_tokens;
   if (m.outstanding.size() >= 2) return Status::Internal("cuda model: two steps are already outstanding");
   if (Status v = ValidateStep(batch, capacity(), V); !v.ok()) return v.WithContext("cuda model");
-  for (const StepPiece& p : batch) {
-    if (p.embeds) return Status::Unimplemented("cuda model: image inputs (prompt embeddings) run on the CPU backend only");
+  // Multimodal pieces (StepPiece::embeds): rows of the model's width; a step where some fall in
+  // a piece's range runs eagerly (no graph: such steps are prefills anyway).
+  bool has_img = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StepPiece& p = batch[i];
+    if (!p.embeds) continue;
+    const PromptEmbeds& e = *p.embeds;
+    if (e.width != c.hidden_size || e.rows.size() != e.positions.size() * static_cast<size_t>(c.hidden_size))
+      return Status::InvalidArgument("cuda model: piece " + std::to_string(i) + ": prompt embeddings of width " +
+                                     std::to_string(e.width) + " (" + std::to_string(e.rows.size()) + " floats for " +
+                                     std::to_string(e.positions.size()) + " positions) for a model of hidden size " +
+                                     std::to_string(c.hidden_size));
+    auto lo = std::lower_bound(e.positions.begin(), e.positions.end(), p.start);
+    has_img |= lo != e.positions.end() && *lo < p.start + static_cast<int64_t>(p.ids.size());
   }
   // Order: decode rows (history, one token) first, then speculative pieces, then prefill pieces.
   auto is_decode = [](const StepPiece& p) { return p.start > 0 && p.ids.size() == 1 && !p.speculative; };
@@ -2671,7 +2702,7 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   const int64_t vbucket = std::min<int64_t>(NextPow2(static_cast<int64_t>(batch.size())), m.bmax);
   // With MTP: every piece drafts the same k > 0 after its sample (the chains fill the bucket, the
   // padding pieces' rows inactive), or none runs the MTP layer.
-  bool vgraph = m.opts.decode_graphs && !m.graphs_broken && m.spec_rows > 0 && vbucket * m.spec_rows <= m.nmax;
+  bool vgraph = m.opts.decode_graphs && !m.graphs_broken && !has_img && m.spec_rows > 0 && vbucket * m.spec_rows <= m.nmax;
   const int32_t vmtp = m.mtp_k > 0 && !batch.empty() ? batch[0].mtp : -1;
   for (const StepPiece& in : batch)
     vgraph = vgraph && in.speculative && !processes(in) && in.sample.allowed.empty() &&
@@ -2698,6 +2729,8 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
       for (size_t j = 0; j < in.ids.size(); ++j) add(in.ids[j], in.start + static_cast<int64_t>(j));  // kPrevToken: -1
     }
   }
+  sg.img_tok.clear();
+  sg.img_rows.clear();
   sg.pen_rows.clear();
   sg.pen_bias_ids.clear();
   sg.pen_bias_values.clear();
@@ -2729,6 +2762,16 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     }
     d.cu.push_back(t);
     hb[m.o_cu + bi] = static_cast<int32_t>(d.cu[bi]);
+    if (in.embeds) {  // its rows in [start, start + ids): they replace tokens d.cu[bi] + (position - start)
+      const PromptEmbeds& e = *in.embeds;
+      const int64_t D = c.hidden_size;
+      for (auto it = std::lower_bound(e.positions.begin(), e.positions.end(), in.start);
+           it != e.positions.end() && *it < in.start + static_cast<int64_t>(in.ids.size()); ++it) {
+        sg.img_tok.push_back(static_cast<int32_t>(d.cu[bi] + (*it - in.start)));
+        const float* row = e.rows.data() + (it - e.positions.begin()) * D;
+        sg.img_rows.insert(sg.img_rows.end(), row, row + D);
+      }
+    }
     hb[m.o_slots + bi] = in.slot;
     hb[m.o_keep + bi] = in.speculative ? 1 : 0;
     hb[m.o_tslots + bi] = in.speculative ? -1 : in.slot;
@@ -2851,8 +2894,9 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   // ctx_cap + mtp_k (BuildScratch), and max_ctx <= ctx_cap.
   // Decode-only steps replay a CUDA graph of the bucket's size; padding rows are skipped by every
   // sequence-wise kernel (negative sequence and slot) and computed but ignored by token-wise ones.
+  d.img = static_cast<int64_t>(sg.img_tok.size());
   const bool use_graph =
-      vgraph || (m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b && !d.penalized && !d.mtp);
+      vgraph || (m.opts.decode_graphs && !m.graphs_broken && d.bd == d.b && !d.penalized && !d.mtp && d.img == 0);
   if (use_graph && !vgraph) {
     const int64_t bucket = std::min<int64_t>(NextPow2(d.b), m.bmax);
     for (int64_t bi = d.b; bi < bucket; ++bi) {
@@ -2880,6 +2924,14 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
   d.pb.max_context = ctx_bucket;
   GYRE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(m.dev_blob, hb, (m.o_bt + d.b * max_pages) * 4, cudaMemcpyHostToDevice, m.s()));
+  if (d.img > 0) {  // (pageable copies: the staging vectors are copied out before cudaMemcpyAsync returns)
+    GYRE_RETURN_IF_ERROR(m.Reserve(m.img_tok, sg.img_tok.size() * sizeof(int32_t)));
+    GYRE_RETURN_IF_ERROR(m.Reserve(m.img_rows, sg.img_rows.size() * sizeof(float)));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.img_tok.get(), sg.img_tok.data(), sg.img_tok.size() * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, m.s()));
+    GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.img_rows.get(), sg.img_rows.data(),
+                                              sg.img_rows.size() * sizeof(float), cudaMemcpyHostToDevice, m.s()));
+  }
   if (d.sampling)
     GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.sample_params, hp, d.rows * sizeof(cuda::SampleParamsDev),
                                               cudaMemcpyHostToDevice, m.s()));

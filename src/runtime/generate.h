@@ -24,7 +24,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   int64_t prefill_chunk = 0;          // > 0: prefill in pieces of this many tokens
   // Per prompt (may be shorter than the prompts, entries may be null): multimodal prompt
-  // embeddings (StepPiece::embeds; the CPU runner only).
+  // embeddings (StepPiece::embeds; runners whose capacity() says prompt_embeds).
   std::vector<std::shared_ptr<const PromptEmbeds>> prompt_embeds;
 };
 

@@ -109,6 +109,7 @@ struct RunnerCapacity {
   int64_t bytes_per_slot = 0;   // all KDA layers
   bool speculative = false;     // accepts speculative pieces and CommitSpeculative
   int64_t mtp_drafts = 0;       // > 0: runs the model's MTP layer and drafts up to this many tokens (StepPiece::mtp)
+  bool prompt_embeds = false;   // accepts StepPiece::embeds (image inputs)
   // What else decides the meaning of a page's bytes, as a tag (0: nothing): the CUDA model's KV cache
   // dtype per layer (fp8 and int8 pages have equal sizes). Sequence transfer compares it.
   uint64_t cache_layout = 0;
@@ -153,7 +154,8 @@ struct StepPiece {
   int64_t num_prompt = 0;
   std::span<const int32_t> history;
   // May be null: the request's prompt embeddings; the rows whose positions fall in
-  // [start, start + ids.size()) replace the table rows there. Only the CPU runner accepts them.
+  // [start, start + ids.size()) replace the table rows there (runners whose capacity() says
+  // prompt_embeds: the CPU runner and the CUDA model, which scatters them after its embedding).
   const PromptEmbeds* embeds = nullptr;
   // MTP drafts (runners whose capacity() has mtp_drafts > 0; docs/engine.md "MTP drafts"): -1, the
   // sequence keeps no MTP cache and nothing runs; 0..mtp_drafts, the MTP layer also runs over the

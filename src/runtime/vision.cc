@@ -111,12 +111,12 @@ void RunMerger(const VisionConfig& c, const VisionWeights& w, std::span<const fl
 
 // ---- tower -----------------------------------------------------------------------------------
 
-Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<const float> pixel_values,
-                     std::span<const ImageGrid> grids, std::vector<float>* image_embeds, VisionTrace* trace) {
-  const int64_t m = c.spatial_merge_size, D = c.hidden_size;
+Status PlanVisionInputs(const VisionConfig& c, size_t num_pixel_values, std::span<const ImageGrid> grids,
+                        std::vector<std::pair<int32_t, int32_t>>* pos, std::vector<int64_t>* segments) {
+  const int64_t m = c.spatial_merge_size;
   if (grids.empty()) return Status::InvalidArgument("vision: no images");
-  std::vector<std::pair<int32_t, int32_t>> pos;
-  std::vector<int64_t> segments;  // one attention segment per temporal slice of every image
+  pos->clear();
+  segments->clear();
   for (const ImageGrid& g : grids) {
     if (g.t <= 0 || g.h <= 0 || g.w <= 0 || g.h % m != 0 || g.w % m != 0) {
       return Status::InvalidArgument("vision: grid [" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
@@ -124,15 +124,25 @@ Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<co
                                      std::to_string(m));
     }
     auto p = VisionPatchPositions(g, m);
-    pos.insert(pos.end(), p.begin(), p.end());
-    for (int64_t t = 0; t < g.t; ++t) segments.push_back(g.h * g.w);
+    pos->insert(pos->end(), p.begin(), p.end());
+    for (int64_t t = 0; t < g.t; ++t) segments->push_back(g.h * g.w);
   }
-  const int64_t N = static_cast<int64_t>(pos.size());
-  if (static_cast<int64_t>(pixel_values.size()) != N * c.patch_elems()) {
-    return Status::InvalidArgument("vision: pixel_values has " + std::to_string(pixel_values.size()) +
+  const int64_t N = static_cast<int64_t>(pos->size());
+  if (static_cast<int64_t>(num_pixel_values) != N * c.patch_elems()) {
+    return Status::InvalidArgument("vision: pixel_values has " + std::to_string(num_pixel_values) +
                                    " values, the grids need " + std::to_string(N) + " × " +
                                    std::to_string(c.patch_elems()));
   }
+  return Status();
+}
+
+Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<const float> pixel_values,
+                     std::span<const ImageGrid> grids, std::vector<float>* image_embeds, VisionTrace* trace) {
+  const int64_t m = c.spatial_merge_size, D = c.hidden_size;
+  std::vector<std::pair<int32_t, int32_t>> pos;
+  std::vector<int64_t> segments;  // one attention segment per temporal slice of every image
+  GYRE_RETURN_IF_ERROR(PlanVisionInputs(c, pixel_values.size(), grids, &pos, &segments));
+  const int64_t N = static_cast<int64_t>(pos.size());
 
   // Patch embedding: the Conv3d with kernel = stride is a GEMM over the flattened patch rows.
   std::vector<float> x;

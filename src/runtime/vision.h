@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -34,10 +35,20 @@ struct VisionTrace {
   std::vector<float> downsample;      // [N/m², O]
 };
 
+// The patch positions (VisionPatchPositions of every grid, in order) and the attention segments
+// (one per temporal slice of every image: h·w rows each) of a tower input, with the argument
+// checks of VisionForward (its errors, below). Shared by the CPU and the CUDA tower.
+Status PlanVisionInputs(const VisionConfig& c, size_t num_pixel_values, std::span<const ImageGrid> grids,
+                        std::vector<std::pair<int32_t, int32_t>>* pos, std::vector<int64_t>* segments);
+
 // Runs the tower. Errors: InvalidArgument when grids are empty or not positive, h or w is not a
 // multiple of spatial_merge_size, or pixel_values.size() != Σ t·h·w · patch_elems.
 Status VisionForward(const VisionConfig& c, const VisionWeights& w, std::span<const float> pixel_values,
                      std::span<const ImageGrid> grids, std::vector<float>* image_embeds, VisionTrace* trace = nullptr);
+
+// A tower as a callable (VisionForward's arguments, no trace): what serve::ImageEncoder runs.
+using VisionTowerFn = std::function<Status(std::span<const float> pixel_values, std::span<const ImageGrid> grids,
+                                           std::vector<float>* image_embeds)>;
 
 // Writes image embeddings into the text embeddings `embeds` [ids.size(), D] at the image
 // placeholder positions (ids == image_token_id outside a video span, §7.5), rows in order.

@@ -23,6 +23,9 @@ Result<std::shared_ptr<const ImageEncoder>> LoadImageEncoder(const std::string& 
   enc->preprocess.temporal_patch_size = vc->temporal_patch_size;
   enc->preprocess.merge_size = vc->spatial_merge_size;
   enc->options = std::move(options);
+  if (enc->options.make_tower) {
+    GYRE_ASSIGN_OR_RETURN(enc->tower, enc->options.make_tower(enc->config, enc->weights));
+  }
   if (enc->options.cache_bytes > 0) enc->cache = std::make_shared<ImageEmbeddingCache>(enc->options.cache_bytes);
   return std::shared_ptr<const ImageEncoder>(std::move(enc));
 }
@@ -103,8 +106,12 @@ Result<EncodedImage> EncodeImage(const ImageEncoder& enc, const std::vector<uint
   if (!pre.ok()) return FieldError(field, pre.status().message());
   const ImageGrid grid{pre->grid_t, pre->grid_h, pre->grid_w};
   EncodedImage out;
-  GYRE_RETURN_IF_ERROR(VisionForward(enc.config, enc.weights, pre->pixel_values, std::span<const ImageGrid>(&grid, 1),
-                                     &out.embeds));
+  if (enc.tower) {
+    GYRE_RETURN_IF_ERROR(enc.tower(pre->pixel_values, std::span<const ImageGrid>(&grid, 1), &out.embeds));
+  } else {
+    GYRE_RETURN_IF_ERROR(VisionForward(enc.config, enc.weights, pre->pixel_values,
+                                       std::span<const ImageGrid>(&grid, 1), &out.embeds));
+  }
   out.num_tokens = pre->num_tokens;
   if (enc.cache) enc.cache->Insert(bytes, std::make_shared<const EncodedImage>(out));
   return out;

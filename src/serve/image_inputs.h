@@ -1,7 +1,8 @@
 // Image inputs of chat requests (docs/vision.md): the image_url of a content part fetched
 // (data: URLs with base64 PNG / JPEG; file:// only under --allowed-local-media-path; http(s)
-// refused), decoded and preprocessed (image/image.h), run through the CPU vision tower
-// (runtime/vision.h), and the prompt ids built with each image's placeholder expanded:
+// refused), decoded and preprocessed (image/image.h), run through the vision tower (the CPU one,
+// runtime/vision.h, or one the caller builds: ImageInputOptions::make_tower, e.g. the CUDA tower
+// runtime/cuda_vision.h), and the prompt ids built with each image's placeholder expanded:
 // image_start, image_token × (merged patches), image_end. The tower's rows become the request's
 // prompt embeddings at the image_token positions.
 //
@@ -21,6 +22,7 @@
 #include "image/image.h"
 #include "model/vision_weights.h"
 #include "runtime/model_runner.h"
+#include "runtime/vision.h"
 #include "serve/image_cache.h"
 
 namespace gyre::serve {
@@ -31,12 +33,19 @@ struct ImageInputOptions {
   int64_t max_images = 8;  // per request
   // The embedding cache's capacity (image_cache.h); 0: no cache.
   int64_t cache_bytes = 0;
+  // Builds the tower that runs instead of the CPU one (VisionForward), from the loaded config and
+  // weights; null: the CPU tower. The function it returns is called from request threads at once,
+  // so it must be thread-safe (CudaVisionTower::Forward is). `tower_backend` names it ("cpu",
+  // "cuda") for banners and status.
+  std::function<Result<VisionTowerFn>(const VisionConfig&, const VisionWeights&)> make_tower;
+  std::string tower_backend = "cpu";
 };
 
 // The vision tower of a deployment and its preprocessing (one per server).
 struct ImageEncoder {
   VisionConfig config;
   VisionWeights weights;
+  VisionTowerFn tower;  // null: VisionForward on `weights` (ImageInputOptions::make_tower)
   ImagePreprocessConfig preprocess;
   ImageInputOptions options;
   // Repeated images are encoded once (image_cache.h); null: every image is encoded. The pointer is

@@ -59,6 +59,7 @@ class DisaggRunner final : public ModelRunner {
     const RunnerCapacity d = decode_.capacity();
     c.speculative = c.speculative && d.speculative;
     c.mtp_drafts = std::min(c.mtp_drafts, d.mtp_drafts);
+    c.prompt_embeds = c.prompt_embeds && d.prompt_embeds;  // (a preempted prompt is recomputed on decode)
     return c;
   }
   // On the runner that holds the slot's sequence.

@@ -13,8 +13,8 @@
 # encoder's embedding cache), a corrupt image is the encoder's 400, the image rows are counted on
 # all three instances, and a failed image send is retried with another decode instance. Usage: router.sh GYRE_BINARY MODEL_DIR
 # GYRE_SERVE_EXTRA (optional, word-split) is added to every `gyre serve`: with "--backend cuda ..."
-# the same checks run on GPU instances (scripts/gpu_check.sh step `disagg`), except the image ones
-# (the vision tower runs on the cpu backend only).
+# the same checks run on GPU instances (scripts/gpu_check.sh step `disagg`); the encode instance
+# then runs its tower on the GPU (--vision-backend cuda), like the colocated cuda server.
 set -euo pipefail
 gyre="$1"
 # shellcheck source=lib.sh
@@ -27,11 +27,16 @@ copy_vision_model "$2" "$model"
 media="$(cd "$(dirname "$0")/../fixtures/images" && pwd)"
 
 start() {  # start NAME ARGS...: a gyre serve
-  local name="$1"
+  local name="$1" extra="${GYRE_SERVE_EXTRA:-}"
   shift
+  # --role encode loads no language model (so no --backend); with cuda instances its tower runs on
+  # the GPU too, as the colocated cuda server's does (the same rows, so the same outputs).
+  if [[ "$name" == encode ]]; then
+    [[ "$extra" == *"--backend cuda"* ]] && extra="--vision-backend cuda" || extra=""
+  fi
   # shellcheck disable=SC2086
   "$gyre" serve --model "$model" --port 0 --served-model-name m --max-num-batched-tokens 32 --kv-page-tokens 16 "$@" \
-    ${GYRE_SERVE_EXTRA:-} \
+    $extra \
     >"$work/$name.out" 2>"$work/$name.err" &
   pids+=($!)
   eval "PID_$name=$!"
@@ -41,11 +46,8 @@ start colo
 start prefill --role prefill
 start decode --role decode --transfer-port 0
 wait_port colo; wait_port prefill; wait_port decode
-PORT_encode=0
-if [[ "${GYRE_SERVE_EXTRA:-}" != *"--backend cuda"* ]]; then  # (the tower runs on the cpu backend)
-  start encode --role encode
-  wait_port encode
-fi
+start encode --role encode
+wait_port encode
 if [[ "${GYRE_SERVE_EXTRA:-}" == *"--backend cuda"* ]]; then
   for n in colo prefill decode; do  # the instances really run the CUDA model
     for _ in $(seq 1 50); do grep -q "backend cuda (" "$work/$n.out" && break; sleep 0.1; done
@@ -197,8 +199,8 @@ def image_part(b64, mime="image/png"):
 image_chat = {"model": "m", "max_tokens": 2, "temperature": 0, "messages": [{"role": "user", "content": [
     {"type": "text", "text": "What is this?"}, image_part(png)]}]}
 status, raw = http(colo, "/v1/chat/completions", image_chat)
-check(cuda or status == 200, f"image request on the colocated server: {status} {raw[:200]}")
-for stream in ((False, True) if not cuda else ()):
+check(status == 200, f"image request on the colocated server: {status} {raw[:200]}")
+for stream in (False, True):
     status, raw = http(router, "/v1/chat/completions", {**image_chat, "stream": stream})
     check(status == 400 and "need an encode instance" in raw,
           f"image request through the router without an encoder (stream={stream}): {status} {raw[:300]}")
@@ -206,63 +208,62 @@ for stream in ((False, True) if not cuda else ()):
 # Encode-prefill-decode: a router with --encode sends an image request to the encode instance,
 # which runs the tower and sends the rows to the prefill and the decode instance; the answer is
 # the colocated server's, byte for byte.
-if not cuda:
-    eproc, erouter = spawn_router("a router with an encode instance", "--prefill", f"http://127.0.0.1:{prefill}",
-                                  "--decode", f"http://127.0.0.1:{decode}", "--encode", f"http://127.0.0.1:{encode}",
-                                  "--poll-ms", "100")
-    def enc_status():
-        return json.loads(http(encode, "/disagg/status")[1])
-    e0 = enc_status()
-    check(e0["role"] == "encode", f"the encode instance reports its role: {e0}")
-    banner = open(os.path.join(os.environ["GYRE_WORK"], "encode.out")).read()
-    check("no language model loaded" in banner, f"the encode instance loads no language model: {banner[:300]}")
-    status, raw = http(encode, "/v1/chat/completions", image_chat)
-    check(status == 400 and "this is an encode instance" in raw, f"a plain request to the encode instance: {status} {raw[:200]}")
-    image_cases = [
-        {**image_chat, "max_tokens": 6},
-        {**image_chat, "max_tokens": 6},  # the same image again: the encoder's embedding cache
-        {"model": "m", "max_tokens": 6, "temperature": 0, "messages": [{"role": "user", "content": [
-            image_part(jpg, "image/jpeg"), {"type": "text", "text": "and"}, image_part(png)]}]},
-    ]
-    for stream in (False, True):
-        for i, body in enumerate(image_cases):
-            body = {**body, "stream": stream}
-            w, g = generate(colo, "/v1/chat/completions", body), generate(erouter, "/v1/chat/completions", body)
-            check(isinstance(w, tuple) and g == w, f"image case {i} through encode-prefill-decode (stream={stream}): {w!r} vs {g!r}")
-    e1 = enc_status()
-    n_img = 2 * len(image_cases)
-    check(e1["image_transfers"] - e0["image_transfers"] == 2 * n_img and e1["image_transfer_failures"] == 0,
-          f"the encoder sent each request's rows to both instances: {e0} -> {e1}")
-    for port, what in ((prefill, "prefill"), (decode, "decode")):
-        st = json.loads(http(port, "/disagg/status")[1])
-        check(st["image_transfers"] >= n_img and st["image_transfer_failures"] == 0 and st["receiver_held_bytes"] == 0,
-              f"the {what} instance took the image rows: {st}")
-    emetrics = http(encode, "/metrics")[1]
-    hits = [l for l in emetrics.splitlines() if l.startswith("gyre_image_cache_hits_total")]
-    check(hits and float(hits[0].split()[-1]) >= n_img - 2,
-          f"the encoder encoded each distinct image once (embedding cache hits): {hits}")
-    # A corrupt image: the encoder's 400 naming the field, passed through.
-    bad = {**image_chat, "messages": [{"role": "user", "content": [image_part(png[:300])]}]}
-    status, raw = http(erouter, "/v1/chat/completions", bad)
-    check(status == 400 and "messages[0].content[0].image_url" in raw, f"a corrupt image through the encoder: {status} {raw[:300]}")
-    # Text requests through the same router skip the encoder.
-    w = generate(colo, "/v1/completions", cases[0][1])
-    check(generate(erouter, "/v1/completions", cases[0][1]) == w, "a text request through the router with an encoder")
-    check(enc_status()["image_transfers"] == e1["image_transfers"], "a text request did not go to the encoder")
-    # The instances refuse the encoder's headers where they do not belong.
-    status, raw = http(decode, "/v1/chat/completions", image_chat, {"X-Gyre-Images-Id": "5", "X-Gyre-Images-To": "127.0.0.1:1"})
-    check(status >= 400 and "encode instance" in raw, f"X-Gyre-Images-To on a decode instance: {status} {raw[:200]}")
-    # Image rows that never arrive: the prefill instance answers 503 after its wait (the router would
-    # try again), naming them, and counts the failure.
-    d_addr = json.loads(http(decode, "/disagg/status")[1])["transfer_address"]
-    p_before = json.loads(http(prefill, "/disagg/status")[1])["image_transfer_failures"]
-    status, raw = http(prefill, "/v1/chat/completions", image_chat,
-                       {"X-Gyre-Transfer-Id": "77", "X-Gyre-Transfer-To": d_addr, "X-Gyre-Images-Id": "999"})
-    check(status == 503 and "image-row transfer 999" in raw, f"image rows that never came: {status} {raw[:300]}")
-    check(json.loads(http(prefill, "/disagg/status")[1])["image_transfer_failures"] == p_before + 1,
-          "the prefill instance counted the missing rows")
-    eproc.terminate()
-    eproc.wait(10)
+eproc, erouter = spawn_router("a router with an encode instance", "--prefill", f"http://127.0.0.1:{prefill}",
+                              "--decode", f"http://127.0.0.1:{decode}", "--encode", f"http://127.0.0.1:{encode}",
+                              "--poll-ms", "100")
+def enc_status():
+    return json.loads(http(encode, "/disagg/status")[1])
+e0 = enc_status()
+check(e0["role"] == "encode", f"the encode instance reports its role: {e0}")
+banner = open(os.path.join(os.environ["GYRE_WORK"], "encode.out")).read()
+check("no language model loaded" in banner, f"the encode instance loads no language model: {banner[:300]}")
+status, raw = http(encode, "/v1/chat/completions", image_chat)
+check(status == 400 and "this is an encode instance" in raw, f"a plain request to the encode instance: {status} {raw[:200]}")
+image_cases = [
+    {**image_chat, "max_tokens": 6},
+    {**image_chat, "max_tokens": 6},  # the same image again: the encoder's embedding cache
+    {"model": "m", "max_tokens": 6, "temperature": 0, "messages": [{"role": "user", "content": [
+        image_part(jpg, "image/jpeg"), {"type": "text", "text": "and"}, image_part(png)]}]},
+]
+for stream in (False, True):
+    for i, body in enumerate(image_cases):
+        body = {**body, "stream": stream}
+        w, g = generate(colo, "/v1/chat/completions", body), generate(erouter, "/v1/chat/completions", body)
+        check(isinstance(w, tuple) and g == w, f"image case {i} through encode-prefill-decode (stream={stream}): {w!r} vs {g!r}")
+e1 = enc_status()
+n_img = 2 * len(image_cases)
+check(e1["image_transfers"] - e0["image_transfers"] == 2 * n_img and e1["image_transfer_failures"] == 0,
+      f"the encoder sent each request's rows to both instances: {e0} -> {e1}")
+for port, what in ((prefill, "prefill"), (decode, "decode")):
+    st = json.loads(http(port, "/disagg/status")[1])
+    check(st["image_transfers"] >= n_img and st["image_transfer_failures"] == 0 and st["receiver_held_bytes"] == 0,
+          f"the {what} instance took the image rows: {st}")
+emetrics = http(encode, "/metrics")[1]
+hits = [l for l in emetrics.splitlines() if l.startswith("gyre_image_cache_hits_total")]
+check(hits and float(hits[0].split()[-1]) >= n_img - 2,
+      f"the encoder encoded each distinct image once (embedding cache hits): {hits}")
+# A corrupt image: the encoder's 400 naming the field, passed through.
+bad = {**image_chat, "messages": [{"role": "user", "content": [image_part(png[:300])]}]}
+status, raw = http(erouter, "/v1/chat/completions", bad)
+check(status == 400 and "messages[0].content[0].image_url" in raw, f"a corrupt image through the encoder: {status} {raw[:300]}")
+# Text requests through the same router skip the encoder.
+w = generate(colo, "/v1/completions", cases[0][1])
+check(generate(erouter, "/v1/completions", cases[0][1]) == w, "a text request through the router with an encoder")
+check(enc_status()["image_transfers"] == e1["image_transfers"], "a text request did not go to the encoder")
+# The instances refuse the encoder's headers where they do not belong.
+status, raw = http(decode, "/v1/chat/completions", image_chat, {"X-Gyre-Images-Id": "5", "X-Gyre-Images-To": "127.0.0.1:1"})
+check(status >= 400 and "encode instance" in raw, f"X-Gyre-Images-To on a decode instance: {status} {raw[:200]}")
+# Image rows that never arrive: the prefill instance answers 503 after its wait (the router would
+# try again), naming them, and counts the failure.
+d_addr = json.loads(http(decode, "/disagg/status")[1])["transfer_address"]
+p_before = json.loads(http(prefill, "/disagg/status")[1])["image_transfer_failures"]
+status, raw = http(prefill, "/v1/chat/completions", image_chat,
+                   {"X-Gyre-Transfer-Id": "77", "X-Gyre-Transfer-To": d_addr, "X-Gyre-Images-Id": "999"})
+check(status == 503 and "image-row transfer 999" in raw, f"image rows that never came: {status} {raw[:300]}")
+check(json.loads(http(prefill, "/disagg/status")[1])["image_transfer_failures"] == p_before + 1,
+      "the prefill instance counted the missing rows")
+eproc.terminate()
+eproc.wait(10)
 
 # Prefix routing: a conversation's later turns are routed by their prefix (one prefill instance
 # here, so this checks the router's record and counters; test_cli's PrefixAffinity tests cover the
@@ -357,22 +358,21 @@ no_retry.wait(10)
 # The same with an image request through an encoder: its send to the fake's transfer address fails,
 # it answers 503, and the router tries the real decode instance (the rows are encoded and sent
 # again, under a fresh id): the colocated output, one retry, one failed image send.
-if not cuda:
-    e_before = json.loads(http(encode, "/disagg/status")[1])
-    iproc, iport = spawn_router("a router with an encoder and a fake decode instance", "--prefill",
-                                f"http://127.0.0.1:{prefill}", "--decode", f"http://127.0.0.1:{fake.server_port}",
-                                "--decode", f"http://127.0.0.1:{decode}", "--encode", f"http://127.0.0.1:{encode}",
-                                "--poll-ms", "100")
-    ibody = {**image_chat, "max_tokens": 5}
-    w, g = generate(colo, "/v1/chat/completions", ibody), generate(iport, "/v1/chat/completions", ibody)
-    check(isinstance(w, tuple) and g == w, f"an image request retried after a failed image send: {w!r} vs {g!r}")
-    ist = json.loads(http(iport, "/disagg/status")[1])
-    e_after = json.loads(http(encode, "/disagg/status")[1])
-    check(ist["handoff_retries"] == 1 and ist["image_requests"] == 1, f"the router retried the image request once: {ist}")
-    check(e_after["image_transfer_failures"] - e_before["image_transfer_failures"] == 1,
-          f"the encoder counted its failed send: {e_before} -> {e_after}")
-    iproc.terminate()
-    iproc.wait(10)
+e_before = json.loads(http(encode, "/disagg/status")[1])
+iproc, iport = spawn_router("a router with an encoder and a fake decode instance", "--prefill",
+                            f"http://127.0.0.1:{prefill}", "--decode", f"http://127.0.0.1:{fake.server_port}",
+                            "--decode", f"http://127.0.0.1:{decode}", "--encode", f"http://127.0.0.1:{encode}",
+                            "--poll-ms", "100")
+ibody = {**image_chat, "max_tokens": 5}
+w, g = generate(colo, "/v1/chat/completions", ibody), generate(iport, "/v1/chat/completions", ibody)
+check(isinstance(w, tuple) and g == w, f"an image request retried after a failed image send: {w!r} vs {g!r}")
+ist = json.loads(http(iport, "/disagg/status")[1])
+e_after = json.loads(http(encode, "/disagg/status")[1])
+check(ist["handoff_retries"] == 1 and ist["image_requests"] == 1, f"the router retried the image request once: {ist}")
+check(e_after["image_transfer_failures"] - e_before["image_transfer_failures"] == 1,
+      f"the encoder counted its failed send: {e_before} -> {e_after}")
+iproc.terminate()
+iproc.wait(10)
 fake.shutdown()
 # A prefill instance that was healthy at the router's last poll and is gone when a request comes
 # (nobody listens on its port any more): the request goes to the other prefill instance.

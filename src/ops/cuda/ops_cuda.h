@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -47,5 +48,13 @@ struct PenaltyRowsHost {
   const uint8_t* in_prompt = nullptr;
 };
 Status PenaltiesOnDevice(float* logits, int64_t rows, int64_t vocab, const PenaltyRowsHost& in);
+
+// Vision tower (vision_cuda.h): the axial RoPE on x [n, heads, head_dim] with tables cos / sin
+// [n, head_dim] (out: the rotated x), and the segment attention over q, k, v [n, heads·head_dim]
+// (`segments` sum to n).
+Status VisionRopeOnDevice(const float* x, int64_t n, int64_t heads, int64_t head_dim, const float* cos,
+                          const float* sin, float* out);
+Status VisionAttentionOnDevice(const float* q, const float* k, const float* v, int64_t n,
+                               std::span<const int64_t> segments, int64_t heads, int64_t head_dim, float* out);
 
 }  // namespace gyre::cuda
