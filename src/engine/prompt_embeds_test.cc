@@ -4,9 +4,9 @@
 // such a request neither hits nor publishes prefix-cache blocks: the same ids without the rows,
 // before and after it, keep their own outputs and the cache's hits count only them.
 // Reference: Model::Forward (CPU, fp32) with SeqInput::input_embeds.
-//   Logits of every prompt position, fed in chunks of 8 through RunnerSession: rel-L2 <= 1e-6 on
-//   the CPU runner (the same arithmetic, other batching), <= 1e-4 on the CUDA model (fp32 weights;
-//   other summation orders), and >= 100x that bound away from the same prompt without the rows (so
+//   Logits of every prompt position, fed in chunks of 8 through RunnerSession: rel-L2 <= 1e-5 on
+//   the CPU runner (the same ops; the chunked KDA and attention over cached rows reassociate:
+//   2.5e-6 observed), <= 1e-4 on the CUDA model (fp32 weights; other summation orders), and >= 100x that bound away from the same prompt without the rows (so
 //   rows dropped, misplaced by a chunk offset, or taken from the wrong position fail it).
 //   Greedy tokens through the engine: equal to the reference's (both fp32; the tiny fixture's
 //   top-2 margins at these 5 steps are not near ties).
@@ -151,7 +151,7 @@ TEST_P(PromptEmbedsOn, RunnerLogitsEqualTheModelWithTheRows) {
     ASSERT_EQ(lg.size(), n * V);
     std::copy(lg.begin(), lg.end(), got.begin() + static_cast<long>(at * V));
   }
-  const double bound = GetParam() == "cuda" ? 1e-4 : 1e-6;
+  const double bound = GetParam() == "cuda" ? 1e-4 : 1e-5;
   const double rel = ops::Compare(got, want).rel_l2, off = ops::Compare(plain, want).rel_l2;
   std::printf("[ embeds ] %s: rel-L2 to the reference %.3g (bound %.0e); without the rows %.3g\n", GetParam().c_str(), rel,
               bound, off);

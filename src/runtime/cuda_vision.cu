@@ -51,6 +51,7 @@ struct CudaVisionTower::Impl {
 
   // Scratch, grown to the largest forward so far ([rows, width] fp32 unless noted).
   DeviceBuffer pv, x, normed, qkv, q, k, v, attn, tmp, gate, up, act, cosb, sinb, scores, xb16;
+  DeviceBuffer qb, kb, vb, pb;  // bf16: the attention's operands and probabilities
   DeviceBuffer dsb, mproj, mnorm, mgate, mup, mact, out;
   int64_t score_floats = 0;
 
@@ -117,8 +118,11 @@ struct CudaVisionTower::Impl {
     const int64_t want = std::max<int64_t>(opts.score_workspace_bytes / 4, c.num_heads * longest);
     if (want > score_floats) {
       GYRE_RETURN_IF_ERROR(Grow(scores, F(want)));
+      if (opts.bf16_weights) GYRE_RETURN_IF_ERROR(Grow(pb, static_cast<size_t>(want) * 2));
       score_floats = want;
     }
+    if (opts.bf16_weights)
+      for (auto* b : {&qb, &kb, &vb}) GYRE_RETURN_IF_ERROR(Grow(*b, static_cast<size_t>(N * D) * 2));
     return Status::Ok();
   }
 };
@@ -239,8 +243,16 @@ Status CudaVisionTower::Forward(std::span<const float> pixel_values, std::span<c
     GYRE_RETURN_IF_ERROR(cuda::VisionQkvSplit(m.qkv.get<float>(), N, H, hd, b.q_norm.f32(), b.k_norm.f32(),
                                               c.rms_norm_eps, m.cosb.get<float>(), m.sinb.get<float>(),
                                               m.q.get<float>(), m.k.get<float>(), m.v.get<float>(), s));
+    cuda::VisionAttentionBf16 ab;
+    if (m.opts.bf16_weights) {  // the attention's GEMMs on bf16 operands too
+      GYRE_RETURN_IF_ERROR(cuda::CastF32ToBf16(m.q.get<float>(), N * D, m.qb.get(), s));
+      GYRE_RETURN_IF_ERROR(cuda::CastF32ToBf16(m.k.get<float>(), N * D, m.kb.get(), s));
+      GYRE_RETURN_IF_ERROR(cuda::CastF32ToBf16(m.v.get<float>(), N * D, m.vb.get(), s));
+      ab = {m.qb.get(), m.kb.get(), m.vb.get(), m.pb.get()};
+    }
     GYRE_RETURN_IF_ERROR(cuda::VisionAttention(m.blas, m.q.get<float>(), m.k.get<float>(), m.v.get<float>(), segments,
-                                               H, hd, m.attn.get<float>(), m.scores.get<float>(), m.score_floats, s));
+                                               H, hd, m.attn.get<float>(), m.scores.get<float>(), m.score_floats, s,
+                                               m.opts.bf16_weights ? &ab : nullptr));
     GYRE_RETURN_IF_ERROR(m.Linear(m.attn.get<float>(), N, b.proj, nullptr, m.tmp.get<float>()));
     GYRE_RETURN_IF_ERROR(
         cuda::AddBiasResidual(x, m.tmp.get<float>(), N, D, b.proj_b.cols > 0 ? b.proj_b.f32() : nullptr, s));

@@ -2,7 +2,7 @@
 // VisionForward with the same inputs and outputs, its weights on the device. Linear layers through
 // cuBLASLt (fp32 weights: FP32 compute, TF32 off; or bf16 weights and activations with fp32
 // accumulation and fp32 outputs), the attention as cuBLAS strided-batched GEMMs around a row
-// softmax, the rest as one-pass kernels (ops/cuda/vision_cuda.h, elementwise_cuda.h).
+// softmax (fp32, or bf16 operands on the tensor cores with the bf16 option), the rest as one-pass kernels (ops/cuda/vision_cuda.h, elementwise_cuda.h).
 //
 // Parity: with fp32 weights it matches the CPU tower (and transformers' goldens) to fp32
 // reassociation (src/runtime/cuda_vision_gpu_test.cc states the bounds).
@@ -23,7 +23,9 @@
 namespace gyre {
 
 struct CudaVisionOptions {
-  bool bf16_weights = false;  // bf16 weights and GEMM inputs (fp32 accumulate), else fp32 throughout
+  // bf16 weights, GEMM inputs and attention operands (fp32 accumulation, scores, softmax and
+  // activations), else fp32 throughout.
+  bool bf16_weights = false;
   // Device workspace for the attention scores: bounds the query rows per chunk (heads · rows ·
   // segment length floats); at least one query row of the longest segment is always allocated.
   int64_t score_workspace_bytes = int64_t{256} << 20;

@@ -8,11 +8,13 @@
 #include "ops/cuda/vision_cuda.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
@@ -119,8 +121,9 @@ __global__ void RopeKernel(float* x, int64_t ld, int64_t hd, const float* cos, c
 
 // ---- attention -------------------------------------------------------------------------------
 
-// Row softmax in place over rows of length `len` (one block per row).
-__global__ void SoftmaxRowsKernel(float* s, int64_t len) {
+// Row softmax over rows of length `len` (one block per row): into p (the same rows; p may be s).
+template <typename OutT>
+__global__ void SoftmaxRowsKernel(float* s, int64_t len, OutT* p) {
   __shared__ float red[32];
   float* row = s + blockIdx.x * len;
   float mx = -INFINITY;
@@ -139,7 +142,14 @@ __global__ void SoftmaxRowsKernel(float* s, int64_t len) {
   }
   sum = BlockSum(sum, red);
   const float inv = 1.0f / sum;
-  for (int64_t j = threadIdx.x; j < len; j += blockDim.x) row[j] *= inv;
+  OutT* prow = p + blockIdx.x * len;
+  for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+    if constexpr (std::is_same_v<OutT, float>) {
+      prow[j] = row[j] * inv;
+    } else {
+      prow[j] = __float2bfloat16_rn(row[j] * inv);
+    }
+  }
 }
 
 }  // namespace
@@ -199,7 +209,7 @@ Status VisionRope(float* x, int64_t ld, int64_t n, int64_t heads, int64_t head_d
 
 Status VisionAttention(cublasContext* handle, const float* q, const float* k, const float* v,
                        std::span<const int64_t> segments, int64_t heads, int64_t head_dim, float* out, float* scores,
-                       int64_t score_floats, cudaStream_t stream) {
+                       int64_t score_floats, cudaStream_t stream, const VisionAttentionBf16* bf16) {
   const int64_t D = heads * head_dim;
   int64_t longest = 0;
   for (int64_t len : segments) {
@@ -222,25 +232,46 @@ Status VisionAttention(cublasContext* handle, const float* q, const float* k, co
     const int64_t rows = std::min<int64_t>(len, score_floats / (heads * len));
     for (int64_t q0 = 0; q0 < len; q0 += rows) {
       const int64_t nq = std::min(rows, len - q0);
-      const float* qs = q + (start + q0) * D;
-      const float* ks = k + start * D;
-      const float* vs = v + start * D;
+      const int64_t qo = (start + q0) * D, ko = start * D;
       // Row-major S[h] [nq, len] = scale · Q_h · K_hᵀ, as column-major Sᵀ = K_h · Q_hᵀ (see the header).
-      GYRE_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
-          handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(len), static_cast<int>(nq), static_cast<int>(head_dim),
-          &scale, ks, static_cast<int>(D), head_dim, qs, static_cast<int>(D), head_dim, &zero, scores,
-          static_cast<int>(len), nq * len, static_cast<int>(heads)));
+      if (bf16) {
+        const auto* kb = static_cast<const __nv_bfloat16*>(bf16->k) + ko;
+        const auto* qb = static_cast<const __nv_bfloat16*>(bf16->q) + qo;
+        GYRE_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+            handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(len), static_cast<int>(nq), static_cast<int>(head_dim),
+            &scale, kb, CUDA_R_16BF, static_cast<int>(D), head_dim, qb, CUDA_R_16BF, static_cast<int>(D), head_dim,
+            &zero, scores, CUDA_R_32F, static_cast<int>(len), nq * len, static_cast<int>(heads), CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT));
+      } else {
+        GYRE_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+            handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(len), static_cast<int>(nq), static_cast<int>(head_dim),
+            &scale, k + ko, static_cast<int>(D), head_dim, q + qo, static_cast<int>(D), head_dim, &zero, scores,
+            static_cast<int>(len), nq * len, static_cast<int>(heads)));
+      }
       const int64_t nrows = heads * nq;
       for (int64_t r0 = 0; r0 < nrows; r0 += INT32_MAX) {
-        SoftmaxRowsKernel<<<static_cast<unsigned>(std::min<int64_t>(nrows - r0, INT32_MAX)), kThreads, 0, stream>>>(
-            scores + r0 * len, len);
+        const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(nrows - r0, INT32_MAX));
+        if (bf16) {
+          SoftmaxRowsKernel<<<blocks, kThreads, 0, stream>>>(scores + r0 * len, len,
+                                                             static_cast<__nv_bfloat16*>(bf16->p) + r0 * len);
+        } else {
+          SoftmaxRowsKernel<<<blocks, kThreads, 0, stream>>>(scores + r0 * len, len, scores + r0 * len);
+        }
         GYRE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
       }
       // Row-major O_h [nq, hd] (row stride D) = P_h · V_h, as column-major Oᵀ = V_hᵀ · P_hᵀ.
-      GYRE_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
-          handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(head_dim), static_cast<int>(nq), static_cast<int>(len),
-          &one, vs, static_cast<int>(D), head_dim, scores, static_cast<int>(len), nq * len, &zero,
-          out + (start + q0) * D, static_cast<int>(D), head_dim, static_cast<int>(heads)));
+      if (bf16) {
+        GYRE_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+            handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(head_dim), static_cast<int>(nq), static_cast<int>(len),
+            &one, static_cast<const __nv_bfloat16*>(bf16->v) + ko, CUDA_R_16BF, static_cast<int>(D), head_dim,
+            bf16->p, CUDA_R_16BF, static_cast<int>(len), nq * len, &zero, out + qo, CUDA_R_32F, static_cast<int>(D),
+            head_dim, static_cast<int>(heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      } else {
+        GYRE_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+            handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(head_dim), static_cast<int>(nq), static_cast<int>(len),
+            &one, v + ko, static_cast<int>(D), head_dim, scores, static_cast<int>(len), nq * len, &zero, out + qo,
+            static_cast<int>(D), head_dim, static_cast<int>(heads)));
+      }
     }
     start += len;
   }
