@@ -154,14 +154,33 @@ std::string Fixture(const std::string& name) { return std::string(GYRE_SOURCE_DI
 
 using gyre::testing::Collector;
 
-// A runner decorator whose restore is wrong in a chosen way (so the identity tests can fail).
+// A runner decorator whose restore is wrong in a chosen way (so the identity tests can fail), and
+// whose steps can be held back (Hold / Open) while a test submits a wave of requests, so that the
+// engine sees them together however the threads are scheduled.
 class FaultyRestore final : public ModelRunner {
  public:
   FaultyRestore(ModelRunner& inner, bool zero_state) : inner_(inner), zero_state_(zero_state) {}
+  void Hold() {
+    std::lock_guard<std::mutex> l(gate_mu_);
+    held_ = true;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> l(gate_mu_);
+      held_ = false;
+    }
+    gate_cv_.notify_all();
+  }
   const ModelConfig& config() const override { return inner_.config(); }
   RunnerCapacity capacity() const override { return inner_.capacity(); }
   std::string backend() const override { return inner_.backend(); }
-  Status Launch(std::span<const StepPiece> p, bool w) override { return inner_.Launch(p, w); }
+  Status Launch(std::span<const StepPiece> p, bool w) override {
+    {
+      std::unique_lock<std::mutex> l(gate_mu_);
+      gate_cv_.wait(l, [&] { return !held_; });
+    }
+    return inner_.Launch(p, w);
+  }
   Status Collect(std::vector<SampledToken>* o, std::vector<float>* l) override { return inner_.Collect(o, l); }
   Status ReserveCheckpoints(int64_t n) override { return inner_.ReserveCheckpoints(n); }
   Status SaveState(SlotId s, CheckpointId c) override { return inner_.SaveState(s, c); }
@@ -182,6 +201,9 @@ class FaultyRestore final : public ModelRunner {
  private:
   ModelRunner& inner_;
   bool zero_state_;
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool held_ = false;
 };
 
 using testing::Backend;
@@ -245,8 +267,9 @@ struct RunResult {
 
 // Runs `waves` of requests (each wave submitted together, waves one after another) on a fresh
 // engine over `runner`; returns every output and the final stats.
+// `gate` (may be null): held while each wave is submitted, so the engine schedules it as one.
 RunResult RunWaves(ModelRunner& runner, const EngineOptions& eo, const std::vector<std::vector<std::vector<int32_t>>>& waves,
-                   int64_t max_tokens) {
+                   int64_t max_tokens, FaultyRestore* gate = nullptr) {
   RunResult res;
   auto engine = Engine::Create(runner, eo);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
@@ -254,6 +277,7 @@ RunResult RunWaves(ModelRunner& runner, const EngineOptions& eo, const std::vect
   EXPECT_TRUE((*engine)->Start().ok());
   for (const auto& wave : waves) {
     std::vector<std::shared_ptr<Collector>> sinks;
+    if (gate) gate->Hold();
     for (const auto& prompt : wave) {
       RequestParams p;
       p.prompt = prompt;
@@ -262,6 +286,7 @@ RunResult RunWaves(ModelRunner& runner, const EngineOptions& eo, const std::vect
       sinks.push_back(std::make_shared<Collector>());
       EXPECT_TRUE((*engine)->Submit(p, sinks.back()).ok());
     }
+    if (gate) gate->Open();
     for (auto& s : sinks) {
       s->Wait();
       EXPECT_EQ(s->reason, FinishReason::kLength) << s->status.ToString();
@@ -345,7 +370,8 @@ TEST_P(PrefixCacheOnFixture, ChunkingPreemptionAndEvictionKeepOutputs) {
   auto waves = OffsetWaves(*this, [&](int64_t n, uint64_t s) { return Ids(n, s); });
   auto runner = GetParam().backend.make(*model_, eo.max_num_seqs, eo.kv_page_tokens, 30);  // 120 tokens
   ASSERT_TRUE(runner.ok());
-  RunResult on = RunWaves(**runner, eo, waves, kMaxTokens);
+  FaultyRestore gate(**runner, false);  // (a correct restore; the gate makes the preemption certain)
+  RunResult on = RunWaves(gate, eo, waves, kMaxTokens, &gate);
   size_t k = 0;
   for (const auto& wave : waves)
     for (const auto& prompt : wave) EXPECT_EQ(on.outputs[k++], Standalone(prompt, kMaxTokens)) << "request " << k - 1;
