@@ -195,7 +195,9 @@ if ! command -v nvidia-smi > /dev/null 2>&1; then
   expect_fail "verify parallel --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" verify parallel --backend cuda --plan tp=2 --model "$FX/glm5_tiny"
   expect_fail "eval --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" eval --model "$FX/glm5_tiny" --text "$TMP/eval.txt" --backend cuda
   expect_fail "bench model --backend cuda without a GPU" 1 "CUDA" -- "$GYRE" bench model --backend cuda --config "$SRC/bench/configs/glm5_next_4layer.json"
+  expect_fail "serve --vision-backend cuda without a GPU" 1 "CUDA" -- "$GYRE" serve --model "$FX/glm5_tiny" --vision-backend cuda --port 0
 fi
+expect_fail "serve --vision-backend unknown" 2 "" -- "$GYRE" serve --model "$FX/glm5_tiny" --vision-backend tpu
 
 # vLLM launch-line habits: refused flags say what to use and exit 2 before anything loads.
 v=$("$GYRE" --version) && [[ "$v" == gyre\ * ]] && pass "--version" || fail "--version: '$v'"
