@@ -21,12 +21,9 @@
 #include "engine/engine.h"
 #include "engine/test_collector.h"
 #include "ops/basic.h"
-#include "runtime/cpu_runner.h"
+#include "engine/test_backends.h"
 #include "runtime/model.h"
 #include "runtime/model_runner.h"
-#ifdef GYRE_CUDA
-#include "runtime/cuda_model.h"
-#endif
 
 namespace gyre {
 namespace {
@@ -77,39 +74,12 @@ std::vector<float> ReferenceLogits(const Model& m, const std::vector<int32_t>& p
   return logits;
 }
 
-std::vector<std::string> Backends() {
-  std::vector<std::string> b = {"cpu"};
-#ifdef GYRE_CUDA
-  b.push_back("cuda");
-#endif
-  return b;
+// The runners of test_backends.h, 4 slots of 4-token pages, 64 pages (256 cache tokens).
+Result<std::unique_ptr<ModelRunner>> MakeRunner(const Model& model, const testing::Backend& b) {
+  return b.make(model, 4, 4, 64);
 }
 
-// A runner of `backend`: 4 slots, 4-token pages, 256 cache tokens, steps of up to 8 tokens on the
-// CPU (the engine chunks both to 8 below).
-Result<std::unique_ptr<ModelRunner>> MakeRunner(const Model& model, const std::string& backend) {
-#ifdef GYRE_CUDA
-  if (backend == "cuda") {
-    CudaModelOptions o;
-    o.max_seqs = 4;
-    o.max_batch_tokens = 64;
-    o.kv_tokens = 256;
-    o.page_tokens = 4;
-    GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> g, CudaModel::FromHost(model.config(), model.weights(), o));
-    return std::unique_ptr<ModelRunner>(std::move(g));
-  }
-#endif
-  if (backend != "cpu") return Status::InvalidArgument("no backend " + backend);
-  CpuRunnerOptions ro;
-  ro.num_slots = 4;
-  ro.page_tokens = 4;
-  ro.num_pages = 64;
-  ro.max_step_tokens = 8;
-  GYRE_ASSIGN_OR_RETURN(std::unique_ptr<CpuRunner> r, CpuRunner::Create(model, ro));
-  return std::unique_ptr<ModelRunner>(std::move(r));
-}
-
-class PromptEmbedsOn : public ::testing::TestWithParam<std::string> {
+class PromptEmbedsOn : public ::testing::TestWithParam<testing::Backend> {
  protected:
   void SetUp() override {
     auto m = Model::Load(Fixture());
@@ -151,10 +121,10 @@ TEST_P(PromptEmbedsOn, RunnerLogitsEqualTheModelWithTheRows) {
     ASSERT_EQ(lg.size(), n * V);
     std::copy(lg.begin(), lg.end(), got.begin() + static_cast<long>(at * V));
   }
-  const double bound = GetParam() == "cuda" ? 1e-4 : 1e-5;
+  const double bound = GetParam().name == "cuda" ? 1e-4 : 1e-5;
   const double rel = ops::Compare(got, want).rel_l2, off = ops::Compare(plain, want).rel_l2;
-  std::printf("[ embeds ] %s: rel-L2 to the reference %.3g (bound %.0e); without the rows %.3g\n", GetParam().c_str(), rel,
-              bound, off);
+  std::printf("[ embeds ] %s: rel-L2 to the reference %.3g (bound %.0e); without the rows %.3g\n",
+              GetParam().name.c_str(), rel, bound, off);
   EXPECT_LE(rel, bound);
   EXPECT_GE(off, 100 * bound) << "the rows barely change the logits: the test could not fail";
 
@@ -220,8 +190,8 @@ TEST_P(PromptEmbedsOn, EngineFeedsTheRowsAndBypassesThePrefixCache) {
   (*engine)->Stop();
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, PromptEmbedsOn, ::testing::ValuesIn(Backends()),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Backends, PromptEmbedsOn, ::testing::ValuesIn(testing::Backends()),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace gyre

@@ -206,15 +206,14 @@ Status CpuRunner::Launch(std::span<const StepPiece> pieces_in, bool want_logits)
       return Status::InvalidArgument("piece " + std::to_string(i) + ": prompt embeddings of width " +
                                      std::to_string(p.embeds->width) + " for a model of hidden size " + std::to_string(D));
     const int64_t n = static_cast<int64_t>(p.ids.size());
-    const auto& pos = p.embeds->positions;
-    auto lo = std::lower_bound(pos.begin(), pos.end(), p.start);
-    if (lo == pos.end() || *lo >= p.start + n) continue;  // no override in this piece
+    const auto [first, last] = p.embeds->RowsIn(p.start, n);
+    if (first == last) continue;  // no override in this piece
     std::vector<float>& e = embeds[i];
     e.resize(static_cast<size_t>(n * D));
     ops::Embedding(p.ids, model_.weights().embed, e.data());
-    for (auto it = lo; it != pos.end() && *it < p.start + n; ++it) {
-      const float* row = p.embeds->rows.data() + (it - pos.begin()) * D;
-      std::copy(row, row + D, e.begin() + (*it - p.start) * D);
+    for (size_t k = first; k < last; ++k) {
+      const float* row = p.embeds->rows.data() + k * D;
+      std::copy(row, row + D, e.begin() + (p.embeds->positions[k] - p.start) * D);
     }
   }
   for (size_t i = 0; i < pieces.size(); ++i) {

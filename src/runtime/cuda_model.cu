@@ -2631,8 +2631,8 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
                                      std::to_string(e.width) + " (" + std::to_string(e.rows.size()) + " floats for " +
                                      std::to_string(e.positions.size()) + " positions) for a model of hidden size " +
                                      std::to_string(c.hidden_size));
-    auto lo = std::lower_bound(e.positions.begin(), e.positions.end(), p.start);
-    has_img |= lo != e.positions.end() && *lo < p.start + static_cast<int64_t>(p.ids.size());
+    const auto rows = e.RowsIn(p.start, static_cast<int64_t>(p.ids.size()));
+    has_img |= rows.first < rows.second;
   }
   // Order: decode rows (history, one token) first, then speculative pieces, then prefill pieces.
   auto is_decode = [](const StepPiece& p) { return p.start > 0 && p.ids.size() == 1 && !p.speculative; };
@@ -2765,10 +2765,10 @@ Status CudaModel::Launch(std::span<const StepPiece> batch, bool want_logits) {
     if (in.embeds) {  // its rows in [start, start + ids): they replace tokens d.cu[bi] + (position - start)
       const PromptEmbeds& e = *in.embeds;
       const int64_t D = c.hidden_size;
-      for (auto it = std::lower_bound(e.positions.begin(), e.positions.end(), in.start);
-           it != e.positions.end() && *it < in.start + static_cast<int64_t>(in.ids.size()); ++it) {
-        sg.img_tok.push_back(static_cast<int32_t>(d.cu[bi] + (*it - in.start)));
-        const float* row = e.rows.data() + (it - e.positions.begin()) * D;
+      const auto rows = e.RowsIn(in.start, static_cast<int64_t>(in.ids.size()));
+      for (size_t k = rows.first; k < rows.second; ++k) {
+        sg.img_tok.push_back(static_cast<int32_t>(d.cu[bi] + (e.positions[k] - in.start)));
+        const float* row = e.rows.data() + k * D;
         sg.img_rows.insert(sg.img_rows.end(), row, row + D);
       }
     }

@@ -155,7 +155,7 @@ Result<std::unique_ptr<CudaVisionTower>> CudaVisionTower::FromHost(const VisionC
   GYRE_ASSIGN_OR_RETURN(m->ev0, cuda::Event::Create());
   GYRE_ASSIGN_OR_RETURN(m->ev1, cuda::Event::Create());
   GYRE_ASSIGN_OR_RETURN(m->gemm, cuda::GemmLt::Create());
-  if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) return Status::Internal("cuda vision tower: cublasCreate failed");
+  GYRE_CUDA_RETURN_IF_ERROR(cublasCreate(&m->blas));
   GYRE_RETURN_IF_ERROR(m->Mat(w.patch_embed, &m->patch));
   GYRE_RETURN_IF_ERROR(m->Vec(w.patch_embed_bias, &m->patch_b));
   for (const VisionBlockWeights& b : w.blocks) {

@@ -83,6 +83,7 @@
 // Thread safety: a runner is driven by one thread at a time (the engine thread).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -139,6 +140,14 @@ struct PromptEmbeds {
   int64_t width = 0;               // the model's hidden size
   std::vector<int64_t> positions;  // ascending prompt positions
   std::vector<float> rows;         // [positions.size(), width]
+
+  // The rows whose positions fall in [start, start + n): indices [first, second) of `positions`
+  // (empty when none does). What a runner writes for a piece of n tokens at `start`.
+  std::pair<size_t, size_t> RowsIn(int64_t start, int64_t n) const {
+    const auto lo = std::lower_bound(positions.begin(), positions.end(), start);
+    const auto hi = std::lower_bound(lo, positions.end(), start + n);
+    return {static_cast<size_t>(lo - positions.begin()), static_cast<size_t>(hi - positions.begin())};
+  }
 };
 
 struct StepPiece {

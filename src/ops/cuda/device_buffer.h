@@ -134,4 +134,18 @@ inline Result<DeviceBuffer> Poisoned(size_t bytes, cudaStream_t s) {
   return Result<DeviceBuffer>(std::move(b));
 }
 
+// True when the n floats at host `p` still hold Poisoned's bytes (never written).
+inline bool AllPoison(const float* p, int64_t n) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < sizeof(float) * static_cast<size_t>(n); ++i)
+    if (bytes[i] != 0xFF) return false;
+  return true;
+}
+
+// Copies `bytes` of `src` back to host `dst` on `s` and waits for the stream.
+inline Status Download(void* dst, const DeviceBuffer& src, size_t bytes, const Stream& s) {
+  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src.get(), bytes, cudaMemcpyDeviceToHost, s.get()));
+  return s.Synchronize();
+}
+
 }  // namespace gyre::cuda

@@ -15,23 +15,9 @@
 namespace gyre::cuda {
 namespace {
 
-// Copies `bytes` back and waits for the stream.
-Status Download(void* dst, const DeviceBuffer& src, size_t bytes, const Stream& s) {
-  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src.get(), bytes, cudaMemcpyDeviceToHost, s.get()));
-  return s.Synchronize();
-}
-
 size_t F32(int64_t n) { return sizeof(float) * static_cast<size_t>(n); }
 
 bool SameBits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, F32(n)) == 0; }
-
-// True when n floats still hold the poison bytes (never written).
-bool AllPoison(const float* p, int64_t n) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < F32(n); ++i)
-    if (bytes[i] != 0xFF) return false;
-  return true;
-}
 
 }  // namespace
 

@@ -28,13 +28,6 @@ constexpr int kThreads = 256;
 
 int Grid(int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 8192))); }
 
-#define GYRE_CUBLAS_RETURN_IF_ERROR(expr)                                                                   \
-  do {                                                                                                     \
-    const cublasStatus_t st_ = (expr);                                                                     \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                                      \
-      return Status::Internal(std::string("cuBLAS error ") + std::to_string(static_cast<int>(st_)) + " at " + \
-                              __FILE__ + ":" + std::to_string(__LINE__));                                 \
-  } while (0)
 
 // ---- element-wise epilogues ------------------------------------------------------------------
 
@@ -223,8 +216,8 @@ Status VisionAttention(cublasContext* handle, const float* q, const float* k, co
     return Status::InvalidArgument("vision attention: a score workspace of " + std::to_string(score_floats) +
                                    " floats is under heads × the longest segment (" + std::to_string(heads * longest) +
                                    ")");
-  GYRE_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, stream));
-  GYRE_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));  // FP32: no TF32
+  GYRE_CUDA_RETURN_IF_ERROR(cublasSetStream(handle, stream));
+  GYRE_CUDA_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));  // FP32: no TF32
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), one = 1.0f, zero = 0.0f;
   int64_t start = 0;
   for (int64_t len : segments) {
@@ -237,13 +230,13 @@ Status VisionAttention(cublasContext* handle, const float* q, const float* k, co
       if (bf16) {
         const auto* kb = static_cast<const __nv_bfloat16*>(bf16->k) + ko;
         const auto* qb = static_cast<const __nv_bfloat16*>(bf16->q) + qo;
-        GYRE_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        GYRE_CUDA_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
             handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(len), static_cast<int>(nq), static_cast<int>(head_dim),
             &scale, kb, CUDA_R_16BF, static_cast<int>(D), head_dim, qb, CUDA_R_16BF, static_cast<int>(D), head_dim,
             &zero, scores, CUDA_R_32F, static_cast<int>(len), nq * len, static_cast<int>(heads), CUBLAS_COMPUTE_32F,
             CUBLAS_GEMM_DEFAULT));
       } else {
-        GYRE_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+        GYRE_CUDA_RETURN_IF_ERROR(cublasSgemmStridedBatched(
             handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(len), static_cast<int>(nq), static_cast<int>(head_dim),
             &scale, k + ko, static_cast<int>(D), head_dim, q + qo, static_cast<int>(D), head_dim, &zero, scores,
             static_cast<int>(len), nq * len, static_cast<int>(heads)));
@@ -261,13 +254,13 @@ Status VisionAttention(cublasContext* handle, const float* q, const float* k, co
       }
       // Row-major O_h [nq, hd] (row stride D) = P_h · V_h, as column-major Oᵀ = V_hᵀ · P_hᵀ.
       if (bf16) {
-        GYRE_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        GYRE_CUDA_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
             handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(head_dim), static_cast<int>(nq), static_cast<int>(len),
             &one, static_cast<const __nv_bfloat16*>(bf16->v) + ko, CUDA_R_16BF, static_cast<int>(D), head_dim,
             bf16->p, CUDA_R_16BF, static_cast<int>(len), nq * len, &zero, out + qo, CUDA_R_32F, static_cast<int>(D),
             head_dim, static_cast<int>(heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       } else {
-        GYRE_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+        GYRE_CUDA_RETURN_IF_ERROR(cublasSgemmStridedBatched(
             handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(head_dim), static_cast<int>(nq), static_cast<int>(len),
             &one, v + ko, static_cast<int>(D), head_dim, scores, static_cast<int>(len), nq * len, &zero, out + qo,
             static_cast<int>(D), head_dim, static_cast<int>(heads)));
@@ -282,10 +275,6 @@ Status VisionAttention(cublasContext* handle, const float* q, const float* k, co
 
 namespace {
 size_t F32(int64_t n) { return sizeof(float) * static_cast<size_t>(n); }
-Status Download(void* dst, const DeviceBuffer& src, size_t bytes, const Stream& s) {
-  if (bytes > 0) GYRE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src.get(), bytes, cudaMemcpyDeviceToHost, s.get()));
-  return s.Synchronize();
-}
 }  // namespace
 
 Status VisionRopeOnDevice(const float* x, int64_t n, int64_t heads, int64_t head_dim, const float* cos,
@@ -303,11 +292,8 @@ Status VisionRopeOnDevice(const float* x, int64_t n, int64_t heads, int64_t head
   std::vector<float> yp(n * ld);
   GYRE_RETURN_IF_ERROR(Download(yp.data(), dx, F32(n * ld), s));
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = D; j < ld; ++j) {
-      uint32_t bits;
-      std::memcpy(&bits, &yp[i * ld + j], 4);
-      if (bits != 0xFFFFFFFFu) return Status::Internal("vision rope: row " + std::to_string(i) + " padding was written");
-    }
+    if (!AllPoison(&yp[i * ld + D], ld - D))
+      return Status::Internal("vision rope: row " + std::to_string(i) + " padding was written");
     std::copy_n(&yp[i * ld], D, out + i * D);
   }
   return Status::Ok();
@@ -327,7 +313,7 @@ Status VisionAttentionOnDevice(const float* q, const float* k, const float* v, i
   const int64_t ws = heads * longest * std::min<int64_t>(3, longest);
   GYRE_ASSIGN_OR_RETURN(DeviceBuffer dws, DeviceBuffer::Create(F32(ws)));
   cublasHandle_t h = nullptr;
-  GYRE_CUBLAS_RETURN_IF_ERROR(cublasCreate(&h));
+  GYRE_CUDA_RETURN_IF_ERROR(cublasCreate(&h));
   Status st = VisionAttention(h, dq.get<float>(), dk.get<float>(), dv.get<float>(), segments, heads, head_dim,
                               dout.get<float>(), dws.get<float>(), ws, s.get());
   const Status dl = st.ok() ? Download(out, dout, F32(n * D), s) : Status::Ok();
